@@ -1,0 +1,101 @@
+package decision
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Policy names accepted in Config.Policy.
+const (
+	PolicyQuadratic = "quadratic"
+	PolicyGreyZone  = "grey-zone"
+)
+
+// Config selects and tunes the fast-or-slow policy. Every field is validated, including those of
+// the policy not selected, so a typo never waits for the day someone switches policies.
+type Config struct {
+	// Policy is "quadratic" (default) or "grey-zone".
+	Policy string `yaml:"policy"`
+	// Base is the quadratic threshold at zero load, in (0, 1). Default 0.5.
+	Base float64 `yaml:"base"`
+	// Alpha is how far the quadratic threshold rises at full load, >= 0 with Base+Alpha <= 1.
+	// Default 0.45 (full load needs P(slow) > 0.95).
+	Alpha float64 `yaml:"alpha"`
+	// MaxSlowConcurrency is the slow-path semaphore's size, >= 1. Default 50.
+	MaxSlowConcurrency int `yaml:"max_slow_concurrency"`
+	// GreyLow and GreyHigh bound the grey zone (inclusive): 0 <= GreyLow <= 0.5 <= GreyHigh <= 1
+	// and GreyLow < GreyHigh. Defaults 0.45 and 0.55.
+	GreyLow  float64 `yaml:"grey_low"`
+	GreyHigh float64 `yaml:"grey_high"`
+	// HighQueue: in the grey zone, a batcher queue longer than this goes fast. Default 10.
+	HighQueue int `yaml:"high_queue"`
+	// LowQueue: in the grey zone, a batcher queue shorter than this goes slow; 0 <= LowQueue <=
+	// HighQueue. Default 3.
+	LowQueue int `yaml:"low_queue"`
+}
+
+// DefaultConfig returns the seed's values: quadratic policy, base 0.5, alpha 0.45, 50 slow
+// slots; grey zone [0.45, 0.55] with queue bounds 3 and 10.
+func DefaultConfig() Config {
+	return Config{
+		Policy:             PolicyQuadratic,
+		Base:               0.5,
+		Alpha:              0.45,
+		MaxSlowConcurrency: 50,
+		GreyLow:            0.45,
+		GreyHigh:           0.55,
+		HighQueue:          10,
+		LowQueue:           3,
+	}
+}
+
+// Validate reports every invalid field, each error naming it.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Policy != PolicyQuadratic && c.Policy != PolicyGreyZone {
+		errs = append(errs, fmt.Errorf("decision.policy: must be %q or %q, got %q", PolicyQuadratic, PolicyGreyZone, c.Policy))
+	}
+	baseOK := c.Base > 0 && c.Base < 1 // also false for NaN
+	if !baseOK {
+		errs = append(errs, fmt.Errorf("decision.base: must be in (0, 1), got %v", c.Base))
+	}
+	alphaOK := c.Alpha >= 0
+	if !alphaOK {
+		errs = append(errs, fmt.Errorf("decision.alpha: must be >= 0, got %v", c.Alpha))
+	}
+	// At full load the threshold is base+alpha; above 1 no P(slow) could pass it. The epsilon
+	// keeps sums like 0.55+0.45 from failing on float rounding.
+	if baseOK && alphaOK && c.Base+c.Alpha > 1+1e-12 {
+		errs = append(errs, fmt.Errorf("decision.alpha: base+alpha must be <= 1 or nothing can go slow at full load, got %v+%v", c.Base, c.Alpha))
+	}
+	if c.MaxSlowConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("decision.max_slow_concurrency: must be >= 1, got %d", c.MaxSlowConcurrency))
+	}
+	if !(c.GreyLow >= 0 && c.GreyLow <= ModelCutoff) {
+		errs = append(errs, fmt.Errorf("decision.grey_low: must be in [0, 0.5], got %v", c.GreyLow))
+	}
+	if !(c.GreyHigh >= ModelCutoff && c.GreyHigh <= 1) {
+		errs = append(errs, fmt.Errorf("decision.grey_high: must be in [0.5, 1], got %v", c.GreyHigh))
+	}
+	if c.GreyLow >= c.GreyHigh {
+		errs = append(errs, fmt.Errorf("decision.grey_high: must be > grey_low (%v), got %v", c.GreyLow, c.GreyHigh))
+	}
+	if c.LowQueue < 0 {
+		errs = append(errs, fmt.Errorf("decision.low_queue: must be >= 0, got %d", c.LowQueue))
+	}
+	if c.HighQueue < c.LowQueue {
+		errs = append(errs, fmt.Errorf("decision.high_queue: must be >= low_queue (%d), got %d", c.LowQueue, c.HighQueue))
+	}
+	return errors.Join(errs...)
+}
+
+// NewPolicy validates cfg and builds the policy it selects.
+func NewPolicy(cfg Config) (Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Policy == PolicyGreyZone {
+		return &GreyZone{Low: cfg.GreyLow, High: cfg.GreyHigh, HighQueue: cfg.HighQueue, LowQueue: cfg.LowQueue}, nil
+	}
+	return &Quadratic{Base: cfg.Base, Alpha: cfg.Alpha}, nil
+}

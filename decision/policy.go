@@ -1,0 +1,80 @@
+package decision
+
+// ModelCutoff is the classifier's own decision boundary: the model labels a prompt slow iff
+// P(slow) > ModelCutoff.
+const ModelCutoff = 0.5
+
+// Reason says why a request went the way it did. Values are a small fixed set (see the package
+// documentation) and are safe as metric label values.
+type Reason string
+
+// Reasons set by a Policy.
+const (
+	ReasonSlowGranted  Reason = "slow_granted"
+	ReasonFastModel    Reason = "fast_model"
+	ReasonLoadShedding Reason = "load_shedding"
+	ReasonGreyZoneFast Reason = "grey_zone_fast"
+	ReasonGreyZoneSlow Reason = "grey_zone_slow"
+)
+
+// Reasons set by the HTTP layer after a Policy said slow.
+const (
+	// ReasonSlowSaturated: the slow-path Semaphore was full, so the request was shed to fast.
+	ReasonSlowSaturated Reason = "slow_saturated"
+	// ReasonSlowUnhealthy: the slow pool had no healthy replica, so the request went fast.
+	ReasonSlowUnhealthy Reason = "slow_unhealthy"
+)
+
+// State is the load snapshot a decision is made under.
+type State struct {
+	// SlowActive is the number of requests holding the slow-path semaphore (Semaphore.Active).
+	SlowActive int
+	// SlowMax is the semaphore's capacity (Semaphore.Max).
+	SlowMax int
+	// QueueLen is the number of distinct texts waiting in the classifier's batcher.
+	QueueLen int
+}
+
+// Load returns SlowActive/SlowMax limited to [0, 1]. A State with SlowMax ≤ 0 has no slow
+// capacity at all and reports full load.
+func (s State) Load() float64 {
+	if s.SlowMax <= 0 {
+		return 1
+	}
+	l := float64(s.SlowActive) / float64(s.SlowMax)
+	switch {
+	case l < 0:
+		return 0
+	case l > 1:
+		return 1
+	}
+	return l
+}
+
+// Decision is the outcome of a Policy.
+type Decision struct {
+	// Slow reports whether the request should take the slow path (subject to the semaphore).
+	Slow bool
+	// Reason explains Slow.
+	Reason Reason
+	// Threshold is the P(slow) a request had to exceed to go slow under this State.
+	Threshold float64
+	// Load is State.Load() at decision time, reported for headers and logs.
+	Load float64
+}
+
+// Policy decides fast or slow from the classifier's P(slow) and the current load.
+//
+// Decide must be pure, safe for concurrent use and allocation-free: it runs on every request,
+// cache hits included (a cached P(slow) is re-decided under the current load).
+type Policy interface {
+	Decide(pSlow float64, st State) Decision
+}
+
+// modelDecision is the decision the classifier's label alone would make.
+func modelDecision(pSlow, load float64) Decision {
+	if pSlow > ModelCutoff {
+		return Decision{Slow: true, Reason: ReasonSlowGranted, Threshold: ModelCutoff, Load: load}
+	}
+	return Decision{Slow: false, Reason: ReasonFastModel, Threshold: ModelCutoff, Load: load}
+}
