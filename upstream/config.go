@@ -1,0 +1,255 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// PoolConfig describes one pool of interchangeable replicas serving the same
+// model (the fast pool or the slow pool).
+//
+// Start from DefaultPoolConfig and decode over it: several fields use zero to
+// mean "disabled" (ScrapeInterval, HealthCheck.Interval,
+// PassiveEjection.ConsecutiveFailures, MaxInFlightPerReplica), so a zero
+// value cannot also mean "default". Fields whose zero is meaningless
+// (timeouts, thresholds) are rejected by Validate rather than defaulted.
+type PoolConfig struct {
+	// Name labels the pool in metrics, logs and errors ("fast", "slow").
+	Name string `yaml:"name" json:"name"`
+	// Model is the model name written into the request body's "model" field
+	// when a request is sent upstream (see ForwardRequest.SetModel). A
+	// replica's own Model overrides it. Empty leaves the body as is.
+	Model string `yaml:"model" json:"model"`
+	// Replicas are the servers of this pool; at least one is required.
+	Replicas []ReplicaConfig `yaml:"replicas" json:"replicas"`
+	// HealthCheck configures the active probe.
+	HealthCheck HealthCheckConfig `yaml:"health_check" json:"health_check"`
+	// PassiveEjection configures ejection after real requests fail.
+	PassiveEjection PassiveEjectionConfig `yaml:"passive_ejection" json:"passive_ejection"`
+	// ScrapeInterval is how often each replica's /metrics is fetched for the
+	// queue-depth and KV-utilisation signals. 0 disables scraping: candidates
+	// then carry Fresh=false and zero load. Default 2s.
+	ScrapeInterval Duration `yaml:"scrape_interval" json:"scrape_interval"`
+	// Timeouts bound each upstream attempt.
+	Timeouts TimeoutsConfig `yaml:"timeouts" json:"timeouts"`
+	// MaxInFlightPerReplica caps the router-local in-flight count of each
+	// replica; a replica at the cap is not a candidate. 0 means unlimited.
+	MaxInFlightPerReplica int `yaml:"max_in_flight_per_replica" json:"max_in_flight_per_replica"`
+}
+
+// ReplicaConfig describes one upstream server.
+type ReplicaConfig struct {
+	// URL is the base URL ("http://10.0.0.7:8000"); request paths such as
+	// "/v1/chat/completions" are appended to its path. Credentials in it
+	// ("http://user:pass@host") become Basic auth unless Headers sets
+	// Authorization.
+	URL string `yaml:"url" json:"url"`
+	// ID names the replica in metrics, headers and the admin API. Empty means
+	// the URL (with any password redacted).
+	ID string `yaml:"id" json:"id"`
+	// Model overrides the pool's Model for this replica.
+	Model string `yaml:"model" json:"model"`
+	// Headers are set on every request to this replica (forwarded requests,
+	// health checks and scrapes), replacing any header of the same name.
+	// Typical use: {"Authorization": "Bearer sk-..."}.
+	Headers map[string]string `yaml:"headers" json:"-"`
+	// Weight is handed to pickers in Candidate.Weight. 0 (unset) means 1.
+	Weight float64 `yaml:"weight" json:"weight"`
+}
+
+// HealthCheckConfig configures the active health probe: GET Path on each
+// replica every Interval; a 2xx answer within Timeout is a pass.
+type HealthCheckConfig struct {
+	// Path is probed with GET. Default "/health", which vLLM, SGLang and
+	// mockllm serve (vLLM answers 200 once the engine is up).
+	Path string `yaml:"path" json:"path"`
+	// Interval between probes. 0 disables active checks: replicas are then
+	// always considered passing and only passive ejection removes them.
+	// Default 5s.
+	Interval Duration `yaml:"interval" json:"interval"`
+	// Timeout for one probe; must not exceed Interval. Default 1s.
+	Timeout Duration `yaml:"timeout" json:"timeout"`
+	// UnhealthyAfter consecutive failed probes mark a replica unhealthy.
+	// Default 2.
+	UnhealthyAfter int `yaml:"unhealthy_after" json:"unhealthy_after"`
+	// HealthyAfter consecutive passing probes mark it healthy again.
+	// Default 1.
+	HealthyAfter int `yaml:"healthy_after" json:"healthy_after"`
+}
+
+// PassiveEjectionConfig ejects a replica after real requests fail.
+type PassiveEjectionConfig struct {
+	// ConsecutiveFailures in a row (connect error, failure before the first
+	// response byte, first-byte or stream-idle timeout, mid-stream error or a
+	// 5xx status) eject the replica for Cooldown. After the cooldown the
+	// replica is on probation: one more failure ejects it again at once, one
+	// success clears the count. 0 disables passive ejection. Default 3.
+	ConsecutiveFailures int `yaml:"consecutive_failures" json:"consecutive_failures"`
+	// Cooldown is how long an ejected replica receives no requests.
+	// Default 10s.
+	Cooldown Duration `yaml:"cooldown" json:"cooldown"`
+}
+
+// TimeoutsConfig bounds one upstream attempt.
+type TimeoutsConfig struct {
+	// Connect bounds dialing (and the TLS handshake). Default 2s.
+	Connect Duration `yaml:"connect" json:"connect"`
+	// FirstByte bounds the wait from sending the request to receiving the
+	// response headers. Default 60s.
+	FirstByte Duration `yaml:"first_byte" json:"first_byte"`
+	// StreamIdle bounds each wait for more response body bytes. Default 60s.
+	StreamIdle Duration `yaml:"stream_idle" json:"stream_idle"`
+}
+
+// DefaultPoolConfig returns a PoolConfig holding every default. Name, Model
+// and Replicas are left for the caller.
+func DefaultPoolConfig() PoolConfig {
+	return PoolConfig{
+		HealthCheck: HealthCheckConfig{
+			Path:           "/health",
+			Interval:       Duration(5 * time.Second),
+			Timeout:        Duration(time.Second),
+			UnhealthyAfter: 2,
+			HealthyAfter:   1,
+		},
+		PassiveEjection: PassiveEjectionConfig{
+			ConsecutiveFailures: 3,
+			Cooldown:            Duration(10 * time.Second),
+		},
+		ScrapeInterval: Duration(2 * time.Second),
+		Timeouts: TimeoutsConfig{
+			Connect:    Duration(2 * time.Second),
+			FirstByte:  Duration(60 * time.Second),
+			StreamIdle: Duration(60 * time.Second),
+		},
+	}
+}
+
+// Validate reports every problem in c, each naming its field path
+// ("replicas[1].url: ..."), joined with errors.Join. It never corrects a value.
+func (c *PoolConfig) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+
+	if strings.TrimSpace(c.Name) == "" {
+		bad("name", "required")
+	}
+	if len(c.Replicas) == 0 {
+		bad("replicas", "at least one replica is required")
+	}
+	seen := make(map[string]int, len(c.Replicas))
+	for i, r := range c.Replicas {
+		field := fmt.Sprintf("replicas[%d]", i)
+		u, err := parseReplicaURL(r.URL)
+		if err != nil {
+			bad(field+".url", "%v", err)
+		}
+		id := r.ID
+		if id == "" && u != nil {
+			id = u.Redacted()
+		}
+		if id != "" {
+			if j, dup := seen[id]; dup {
+				bad(field+".id", "duplicate replica id %q (also replicas[%d])", id, j)
+			} else {
+				seen[id] = i
+			}
+		}
+		if math.IsNaN(r.Weight) || math.IsInf(r.Weight, 0) || r.Weight < 0 {
+			bad(field+".weight", "must be a finite number >= 0 (0 means 1), got %v", r.Weight)
+		}
+		for name, value := range r.Headers {
+			if !validHeaderName(name) {
+				bad(field+".headers", "invalid header name %q", name)
+			}
+			if strings.ContainsAny(value, "\r\n\x00") {
+				bad(field+".headers", "value of %q contains a control character", name)
+			}
+		}
+	}
+
+	hc := c.HealthCheck
+	if !strings.HasPrefix(hc.Path, "/") {
+		bad("health_check.path", "must start with \"/\", got %q", hc.Path)
+	}
+	if hc.Interval < 0 {
+		bad("health_check.interval", "must be >= 0 (0 disables active checks), got %s", hc.Interval)
+	}
+	if hc.Interval > 0 {
+		if hc.Timeout <= 0 {
+			bad("health_check.timeout", "must be > 0, got %s", hc.Timeout)
+		} else if hc.Timeout > hc.Interval {
+			bad("health_check.timeout", "must not exceed health_check.interval (%s), got %s", hc.Interval, hc.Timeout)
+		}
+		if hc.UnhealthyAfter < 1 {
+			bad("health_check.unhealthy_after", "must be >= 1, got %d", hc.UnhealthyAfter)
+		}
+		if hc.HealthyAfter < 1 {
+			bad("health_check.healthy_after", "must be >= 1, got %d", hc.HealthyAfter)
+		}
+	}
+
+	pe := c.PassiveEjection
+	if pe.ConsecutiveFailures < 0 {
+		bad("passive_ejection.consecutive_failures", "must be >= 0 (0 disables ejection), got %d", pe.ConsecutiveFailures)
+	}
+	if pe.ConsecutiveFailures > 0 && pe.Cooldown <= 0 {
+		bad("passive_ejection.cooldown", "must be > 0, got %s", pe.Cooldown)
+	}
+
+	if c.ScrapeInterval < 0 {
+		bad("scrape_interval", "must be >= 0 (0 disables scraping), got %s", c.ScrapeInterval)
+	}
+	if c.Timeouts.Connect <= 0 {
+		bad("timeouts.connect", "must be > 0, got %s", c.Timeouts.Connect)
+	}
+	if c.Timeouts.FirstByte <= 0 {
+		bad("timeouts.first_byte", "must be > 0, got %s", c.Timeouts.FirstByte)
+	}
+	if c.Timeouts.StreamIdle <= 0 {
+		bad("timeouts.stream_idle", "must be > 0, got %s", c.Timeouts.StreamIdle)
+	}
+	if c.MaxInFlightPerReplica < 0 {
+		bad("max_in_flight_per_replica", "must be >= 0 (0 means unlimited), got %d", c.MaxInFlightPerReplica)
+	}
+	return errors.Join(errs...)
+}
+
+// parseReplicaURL accepts an absolute http or https URL with a host and no
+// query or fragment (a base that paths are appended to).
+func parseReplicaURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("invalid URL %q (want http://host:port or https://host:port)", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("invalid URL %q (a base URL takes no query or fragment)", raw)
+	}
+	return u, nil
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

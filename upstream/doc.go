@@ -1,0 +1,52 @@
+// Package upstream holds the backend pools, their replicas, and everything
+// between choosing a replica and streaming its answer back.
+//
+// # Purpose
+//
+// A Pool is a set of interchangeable replicas of one model (the fast pool or
+// the slow pool). Pool.Do takes one request, asks the pool's Admitter whether
+// it may enter, builds a Candidate for every replica that may take it, lets
+// the pool's Picker choose, and proxies the request over net/http. The
+// response body streams through unbuffered, so SSE chunks reach the caller as
+// the replica writes them. An attempt that fails before the first response
+// byte is retried once on another replica (see Pool.Do for the exact rules).
+//
+// Replica picking policies (the Picker and Admitter implementations) live in
+// this package too, behind those two interfaces; the pool knows them only by
+// interface.
+//
+// Signals: a replica's in-flight count is router-local and exact. Queue
+// depth, running batch and KV-cache utilisation are scraped from the
+// replica's Prometheus /metrics (vLLM gauge names) every ScrapeInterval and
+// are stale by up to that interval; after three intervals without a
+// successful scrape the candidate is marked not Fresh, its last values kept.
+//
+// Health: a replica takes requests unless it is draining (operator), failing
+// its active health checks, or passively ejected after consecutive request
+// failures (until its cooldown ends; then one failure ejects it again, one
+// success clears the record).
+//
+// # Concurrency
+//
+// Do, Healthy, Replicas, Drain and the response bodies may be used from any
+// number of goroutines. Per replica, the in-flight counter and the latest
+// scrape are atomics read on every request; the health fields change rarely
+// and sit under a per-replica mutex that is never held across I/O.
+// A Response's Read and Close may race (Close unblocks a stuck Read).
+//
+// # Lifecycle
+//
+// New validates the config and builds the pool; it starts nothing. Run owns
+// every background goroutine (the health-check loop and the scrape loop,
+// each of which fans out one short-lived goroutine per replica and waits for
+// them) under an errgroup, recovers and logs their panics, and returns once
+// ctx is done and all of them have exited, closing the pool's idle
+// connections. Do works without Run, with every replica assumed healthy.
+//
+// Every Response's Body must be closed exactly once. Close ends the
+// request's accounting: the replica's in-flight count, the outcome metric
+// and the Picker's Done (for pickers implementing Finisher), and cancels the
+// upstream request if it was not read to its end. Cancelling the ctx given
+// to Do cancels the upstream request at any point. For a graceful shutdown,
+// stop sending requests and wait for InFlight to reach zero.
+package upstream

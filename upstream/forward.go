@@ -1,0 +1,625 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrUpstreamTimeout is wrapped by the *UpstreamError of an attempt that hit
+// the first-byte timeout (no response headers in time) or the stream-idle
+// timeout (no body bytes in time). The HTTP layer answers 504 for it, and
+// 502 for any other *UpstreamError.
+var ErrUpstreamTimeout = errors.New("upstream timeout")
+
+// ErrInvalidBody is returned when a request's body must be rewritten (a
+// model name set) but is not a single JSON object.
+var ErrInvalidBody = errors.New("request body is not a JSON object")
+
+// Causes attached to an attempt's context, so a failed read can tell why
+// the context ended.
+var (
+	errFirstByteTimeout = errors.New("first-byte timeout")
+	errStreamIdle       = errors.New("stream idle timeout")
+	errBodyClosed       = errors.New("response body closed")
+	errRetried          = errors.New("retried on another replica")
+)
+
+// UpstreamError is a failure of the replica or of the path to it: it could
+// not be reached, it broke the connection, or it timed out.
+type UpstreamError struct {
+	Pool    string
+	Replica string
+	Err     error
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("upstream %s/%s: %v", e.Pool, e.Replica, e.Err)
+}
+
+func (e *UpstreamError) Unwrap() error { return e.Err }
+
+// ForwardRequest is one request to send to some replica of a pool.
+type ForwardRequest struct {
+	// Method is the HTTP method; "" means GET, as in net/http.
+	Method string
+	// Path is the absolute path with optional query, appended to the
+	// replica's base URL: "/v1/chat/completions".
+	Path string
+	// Header is sent as is, minus hop-by-hop headers (Connection and those
+	// it names, Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade,
+	// Proxy-*), Host and Content-Length. The replica's configured Headers
+	// replace same-named ones. The caller decides what crosses: it should
+	// not pass the gateway's own credentials. Content-Type defaults to
+	// application/json when Body is non-empty. May be nil.
+	Header http.Header
+	// Body is sent with every attempt, so a retry replays it exactly.
+	Body []byte
+	// SetModel rewrites the body's top-level "model" field to the chosen
+	// replica's model (see RewriteModel) on each attempt; a retry on a
+	// replica with another model sends that one. Replicas without a model
+	// get Body unchanged.
+	SetModel bool
+	// Routing is what the pool's Admitter and Picker see.
+	Routing Request
+}
+
+// Response is a replica's answer. Body must be closed exactly once, whether
+// or not it was read; Close ends the request's accounting (in-flight count,
+// outcome metric, the picker's Done) and cancels the upstream request.
+type Response struct {
+	Status int
+	// Header is the replica's response header minus hop-by-hop headers.
+	Header http.Header
+	// Body streams the replica's body as it arrives. A Read that waits
+	// longer than the pool's StreamIdle timeout for more bytes fails with an
+	// *UpstreamError wrapping ErrUpstreamTimeout and cancels the upstream.
+	Body io.ReadCloser
+	// ReplicaID names the replica that answered.
+	ReplicaID string
+	// Model is the model name sent to that replica ("" if none configured).
+	Model string
+	// TTFB is the time from sending the request to receiving the headers.
+	TTFB time.Duration
+	// Retried reports that a first attempt on another replica failed before
+	// the first byte.
+	Retried bool
+
+	body *responseBody
+}
+
+// SetOutputTokens records the response's output token count for the
+// picker's Done, replacing the pool's own estimate. Call it before closing
+// Body. Without it, the pool counts SSE "data:" events (one per chunk,
+// "[DONE]" excluded, which approximates tokens for servers that stream one
+// token per chunk) or, for a JSON body up to 1 MiB, reads
+// usage.completion_tokens.
+func (r *Response) SetOutputTokens(n int) {
+	r.body.mu.Lock()
+	r.body.override = n
+	r.body.mu.Unlock()
+}
+
+// Do sends fr to one replica and returns its response, streaming.
+//
+// Steps: admission (ErrRejected), pick among available replicas below their
+// in-flight cap (ErrNoHealthyReplica when none), send. An attempt that fails
+// before any response byte, with a connection error (refused, reset or
+// closed before headers) or with status 502 or 503, is retried once on
+// another replica while ctx is alive; if no other replica is available the
+// first attempt's result stands (a 502/503 response is then returned as a
+// response). Nothing is retried after response headers arrive, nor after a
+// first-byte timeout (the replica may be working; a second wait would double
+// the client's), nor on 500 or 504.
+//
+// Errors: ErrRejected and ErrNoHealthyReplica (wrapped), ErrInvalidBody
+// when SetModel is set and Body is not a JSON object, ctx's error when the
+// caller went away, and *UpstreamError for replica failures
+// (errors.Is(err, ErrUpstreamTimeout) for the first-byte timeout).
+// A non-2xx status from the replica is not an error: it is returned as a
+// Response to pass through.
+func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, err)
+	}
+	if !strings.HasPrefix(fr.Path, "/") {
+		return nil, fmt.Errorf("pool %s: path %q must start with \"/\"", p.cfg.Name, fr.Path)
+	}
+	if fr.Method != "" && !validHeaderName(fr.Method) {
+		return nil, fmt.Errorf("pool %s: invalid method %q", p.cfg.Name, fr.Method)
+	}
+	var doc *modelDoc
+	if fr.SetModel {
+		d, err := parseModelDoc(fr.Body)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, err)
+		}
+		doc = d
+	}
+	req := &fr.Routing
+	if p.admitter != nil {
+		if err := p.admitter.Admit(req); err != nil {
+			return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, err)
+		}
+	}
+
+	r, err := p.acquire(req, "")
+	if err != nil {
+		return nil, err
+	}
+	first := p.send(ctx, fr, doc, r)
+	if !first.retryable() || ctx.Err() != nil {
+		return first.result(false)
+	}
+	next, err := p.acquire(req, r.id)
+	if err != nil {
+		return first.result(false) // nowhere else to go: the first answer stands
+	}
+	p.log.Warn("retrying on another replica", "replica", r.id, "next_replica", next.id, "err", first.reason())
+	first.discard()
+	p.retries.Inc()
+	return p.send(ctx, fr, doc, next).result(true)
+}
+
+// attempt is one try of a request on one replica, from acquire to either
+// result (which hands the body to the caller) or discard.
+type attempt struct {
+	p      *Pool
+	r      *replica
+	req    *Request
+	parent context.Context // the caller's
+	actx   context.Context // the upstream request's, derived from parent
+	cancel context.CancelCauseFunc
+
+	resp *http.Response // set when headers arrived
+	ttfb time.Duration
+	err  error   // set when they did not
+	fail outcome // with err
+	// retry: a connection-level failure before the first byte.
+	retry bool
+}
+
+// send makes one attempt on r, which acquire has already charged.
+func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *replica) *attempt {
+	a := &attempt{p: p, r: r, req: &fr.Routing, parent: ctx}
+	a.actx, a.cancel = context.WithCancelCause(ctx)
+
+	body := fr.Body
+	if doc != nil && r.model != "" {
+		body = doc.with(r.model)
+	}
+	hreq, err := http.NewRequestWithContext(a.actx, fr.Method, r.endpoint(fr.Path), bytes.NewReader(body))
+	if err != nil {
+		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id, Err: fmt.Errorf("build request: %w", err)}
+		a.fail = outcomeConnectError
+		return a
+	}
+	hreq.Header = forwardHeader(fr.Header)
+	for k, v := range r.headers {
+		hreq.Header[k] = []string{v}
+	}
+	if len(body) > 0 && hreq.Header.Get("Content-Type") == "" {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
+
+	firstByte := p.cfg.Timeouts.FirstByte.Std()
+	start := time.Now()
+	timer := time.AfterFunc(firstByte, func() { a.cancel(errFirstByteTimeout) })
+	resp, err := p.transport.RoundTrip(hreq)
+	fired := !timer.Stop()
+	a.ttfb = time.Since(start)
+	if err == nil && fired {
+		// Headers and the timer arrived together; the context is already
+		// cancelled, so the body is unusable.
+		resp.Body.Close()
+		err = errFirstByteTimeout
+	}
+
+	switch {
+	case err == nil:
+		a.resp = resp
+		r.metrics.ttfb.Observe(a.ttfb.Seconds())
+		p.observe(r, resp.StatusCode < 500)
+	case ctx.Err() != nil:
+		a.err = fmt.Errorf("pool %s: %w", p.cfg.Name, ctx.Err())
+		a.fail = outcomeCanceled
+	case context.Cause(a.actx) == errFirstByteTimeout:
+		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id,
+			Err: fmt.Errorf("%w: no response headers within %s", ErrUpstreamTimeout, firstByte)}
+		a.fail = outcomeTimeout
+		p.observe(r, false)
+	default:
+		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id, Err: err}
+		a.fail = outcomeConnectError
+		a.retry = true
+		p.observe(r, false)
+	}
+	return a
+}
+
+// retryable: failed before the first byte in a way another replica may not.
+func (a *attempt) retryable() bool {
+	if a.resp != nil {
+		return a.resp.StatusCode == http.StatusBadGateway || a.resp.StatusCode == http.StatusServiceUnavailable
+	}
+	return a.retry
+}
+
+func (a *attempt) reason() string {
+	if a.resp != nil {
+		return fmt.Sprintf("status %d", a.resp.StatusCode)
+	}
+	return a.err.Error()
+}
+
+// discard ends an attempt that is being retried elsewhere.
+func (a *attempt) discard() {
+	if a.resp != nil {
+		a.resp.Body.Close()
+	}
+	a.cancel(errRetried)
+	a.p.release(a.r, a.req, outcomeRetried, 0)
+}
+
+// result hands the attempt to the caller: an error (and the attempt ends
+// here) or a Response whose Body.Close ends it.
+func (a *attempt) result(retried bool) (*Response, error) {
+	if a.resp == nil {
+		a.cancel(nil)
+		a.p.release(a.r, a.req, a.fail, 0)
+		return nil, a.err
+	}
+	removeHopByHop(a.resp.Header)
+	b := newResponseBody(a)
+	return &Response{
+		Status:    a.resp.StatusCode,
+		Header:    a.resp.Header,
+		Body:      b,
+		ReplicaID: a.r.id,
+		Model:     a.r.model,
+		TTFB:      a.ttfb,
+		Retried:   retried,
+		body:      b,
+	}, nil
+}
+
+// responseBody wraps the replica's body with the stream-idle timeout, output
+// token counting and the request's end-of-life accounting.
+//
+// Read and Close may run concurrently (Close unblocks a stuck Read by
+// cancelling the upstream request); mu guards the fields below it. The
+// blocking read itself runs outside mu.
+type responseBody struct {
+	a      *attempt
+	rc     io.ReadCloser
+	idle   time.Duration
+	timer  *time.Timer // armed only while a Read waits on the replica
+	status int
+
+	mu       sync.Mutex
+	eof      bool
+	failed   bool
+	fail     outcome
+	err      error
+	closed   bool
+	tokens   tokenCounter
+	override int // from SetOutputTokens; -1 when unset
+}
+
+var _ io.ReadCloser = (*responseBody)(nil)
+
+func newResponseBody(a *attempt) *responseBody {
+	b := &responseBody{
+		a:        a,
+		rc:       a.resp.Body,
+		idle:     a.p.cfg.Timeouts.StreamIdle.Std(),
+		status:   a.resp.StatusCode,
+		override: -1,
+	}
+	b.tokens.init(a.resp.Header.Get("Content-Type"))
+	b.timer = time.AfterFunc(b.idle, func() { a.cancel(errStreamIdle) })
+	b.timer.Stop()
+	return b
+}
+
+func (b *responseBody) Read(p []byte) (int, error) {
+	// The idle clock runs only while we wait on the replica, so a caller
+	// that is slow to write to its own client is not mistaken for an idle
+	// replica.
+	b.timer.Reset(b.idle)
+	n, err := b.rc.Read(p)
+	b.timer.Stop()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > 0 {
+		b.tokens.feed(p[:n])
+	}
+	switch {
+	case err == nil:
+	case err == io.EOF:
+		b.eof = true
+	case b.failed:
+		err = b.err
+	case b.closed:
+		// Close raced this Read; the caller is done with the body anyway.
+	default:
+		b.failed = true
+		b.fail, b.err = b.classify(err)
+		err = b.err
+	}
+	return n, err
+}
+
+// classify names why a read failed; called with mu held.
+func (b *responseBody) classify(err error) (outcome, error) {
+	a := b.a
+	switch {
+	case a.parent.Err() != nil:
+		return outcomeCanceled, fmt.Errorf("pool %s: %w", a.p.cfg.Name, a.parent.Err())
+	case context.Cause(a.actx) == errStreamIdle:
+		a.p.observe(a.r, false)
+		return outcomeTimeout, &UpstreamError{Pool: a.p.cfg.Name, Replica: a.r.id,
+			Err: fmt.Errorf("%w: no response bytes for %s", ErrUpstreamTimeout, b.idle)}
+	default:
+		a.p.observe(a.r, false)
+		return outcomeStreamError, &UpstreamError{Pool: a.p.cfg.Name, Replica: a.r.id, Err: err}
+	}
+}
+
+// Close ends the request. Extra calls are no-ops.
+func (b *responseBody) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	o := outcomeOK
+	switch {
+	case b.failed:
+		o = b.fail
+	case b.status >= 500:
+		o = outcomeErrorStatus
+	case !b.eof:
+		o = outcomeCanceled // the caller stopped reading early
+	}
+	tokens := b.override
+	if tokens < 0 {
+		tokens = b.tokens.count()
+	}
+	eof := b.eof
+	b.mu.Unlock()
+
+	b.timer.Stop()
+	var err error
+	if eof {
+		// Fully read: the connection is back in the idle pool; closing
+		// first keeps it there.
+		err = b.rc.Close()
+		b.a.cancel(errBodyClosed)
+	} else {
+		// Cancel first: it unblocks a concurrent Read and drops the stream.
+		b.a.cancel(errBodyClosed)
+		err = b.rc.Close()
+	}
+	b.a.p.release(b.a.r, b.a.req, o, tokens)
+	return err
+}
+
+// maxUsageCapture bounds how much of a JSON body is kept to read
+// usage.completion_tokens; larger bodies report 0 unless SetOutputTokens.
+const maxUsageCapture = 1 << 20
+
+// tokenCounter estimates output tokens from the bytes passing through.
+type tokenCounter struct {
+	mode   int // counterNone, counterSSE, counterJSON
+	match  int // progress through "data:" at a line start; see feed
+	events int
+	buf    []byte
+}
+
+const (
+	counterNone = iota
+	counterSSE
+	counterJSON
+)
+
+const (
+	ssePrefix      = "data:"
+	sseNoMatch     = -1 // inside a line that is not a data line
+	sseAfterPrefix = -2 // saw "data:", waiting for the payload's first byte
+)
+
+func (t *tokenCounter) init(contentType string) {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch mt {
+	case "text/event-stream":
+		t.mode = counterSSE
+	case "application/json":
+		t.mode = counterJSON
+	}
+}
+
+// feed scans p; SSE state carries across calls, so an event split between
+// two reads is counted once.
+func (t *tokenCounter) feed(p []byte) {
+	switch t.mode {
+	case counterSSE:
+		for _, c := range p {
+			switch {
+			case c == '\n':
+				t.match = 0
+			case t.match == sseAfterPrefix:
+				if c == ' ' {
+					continue
+				}
+				if c != '[' { // "data: [DONE]" is not a chunk
+					t.events++
+				}
+				t.match = sseNoMatch
+			case t.match >= 0:
+				if c != ssePrefix[t.match] {
+					t.match = sseNoMatch
+				} else if t.match++; t.match == len(ssePrefix) {
+					t.match = sseAfterPrefix
+				}
+			}
+		}
+	case counterJSON:
+		if len(t.buf)+len(p) > maxUsageCapture {
+			t.mode, t.buf = counterNone, nil
+			return
+		}
+		t.buf = append(t.buf, p...)
+	}
+}
+
+func (t *tokenCounter) count() int {
+	switch t.mode {
+	case counterSSE:
+		return t.events
+	case counterJSON:
+		var v struct {
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal(t.buf, &v) != nil {
+			return 0
+		}
+		return v.Usage.CompletionTokens
+	}
+	return 0
+}
+
+// hopHeaders are meaningful for one connection only (RFC 9110 7.6.1).
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func forwardHeader(in http.Header) http.Header {
+	h := in.Clone()
+	if h == nil {
+		h = make(http.Header)
+	}
+	removeHopByHop(h)
+	h.Del("Host")
+	h.Del("Content-Length")
+	return h
+}
+
+func removeHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// RewriteModel returns body with its top-level "model" member's value
+// replaced by model, or with "model" inserted first when absent. Every other
+// byte is kept as it was: member order, whitespace, number spelling and
+// unknown fields. Duplicate top-level "model" members are all replaced, so
+// no JSON reader can see the old value. Nested "model" keys are untouched.
+// body must be exactly one JSON object, else the error wraps ErrInvalidBody.
+func RewriteModel(body []byte, model string) ([]byte, error) {
+	d, err := parseModelDoc(body)
+	if err != nil {
+		return nil, err
+	}
+	return d.with(model), nil
+}
+
+// modelDoc is a JSON object with the positions of its top-level "model"
+// values, parsed once per request and spliced per attempt.
+type modelDoc struct {
+	body  []byte
+	open  int      // offset of the opening '{'
+	empty bool     // the object has no members
+	spans [][2]int // [start, end) of each top-level "model" value
+}
+
+func parseModelDoc(body []byte) (*modelDoc, error) {
+	invalid := func(err error) error { return fmt.Errorf("%w: %v", ErrInvalidBody, err) }
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, invalid(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("%w: top level is %v", ErrInvalidBody, tok)
+	}
+	doc := &modelDoc{body: body, open: int(dec.InputOffset()) - 1, empty: true}
+	for dec.More() {
+		doc.empty = false
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, invalid(err)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, invalid(err)
+		}
+		if key, _ := tok.(string); key != "model" {
+			continue
+		}
+		// A decoded RawMessage is the value's exact bytes and InputOffset
+		// is just past them; check rather than trust the arithmetic.
+		end := int(dec.InputOffset())
+		start := end - len(raw)
+		if start < 0 || end > len(body) || !bytes.Equal(body[start:end], raw) {
+			return nil, fmt.Errorf("%w: cannot locate the \"model\" value", ErrInvalidBody)
+		}
+		doc.spans = append(doc.spans, [2]int{start, end})
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, invalid(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: data after the object", ErrInvalidBody)
+	}
+	return doc, nil
+}
+
+func (d *modelDoc) with(model string) []byte {
+	var val bytes.Buffer
+	enc := json.NewEncoder(&val)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(model) // a string always encodes
+	v := bytes.TrimSuffix(val.Bytes(), []byte("\n"))
+
+	if len(d.spans) == 0 {
+		out := make([]byte, 0, len(d.body)+len(v)+10)
+		out = append(out, d.body[:d.open+1]...)
+		out = append(out, `"model":`...)
+		out = append(out, v...)
+		if !d.empty {
+			out = append(out, ',')
+		}
+		return append(out, d.body[d.open+1:]...)
+	}
+	out := make([]byte, 0, len(d.body)+len(v)*len(d.spans))
+	last := 0
+	for _, s := range d.spans {
+		out = append(out, d.body[last:s[0]]...)
+		out = append(out, v...)
+		last = s[1]
+	}
+	return append(out, d.body[last:]...)
+}

@@ -1,0 +1,626 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// flushEvent writes one SSE event and pushes it onto the wire.
+func flushEvent(w http.ResponseWriter, data string) {
+	io.WriteString(w, "data: "+data+"\n\n")
+	w.(http.Flusher).Flush()
+}
+
+func sseHeaders(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+}
+
+// readEvent reads one SSE event (up to its blank line) from br.
+func readEvent(br *bufio.Reader) (string, error) {
+	var sb strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		sb.WriteString(line)
+		if err != nil {
+			return sb.String(), err
+		}
+		if line == "\n" {
+			return sb.String(), nil
+		}
+	}
+}
+
+// closeConn drops the client's TCP connection without an HTTP answer (or
+// mid-answer, after whatever was flushed).
+func closeConn(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		t.Errorf("hijack: %v", err)
+		return
+	}
+	conn.Close()
+}
+
+func TestDoNonStreaming(t *testing.T) {
+	type seen struct {
+		method, path, auth, conn, custom, ctype string
+		body                                    map[string]any
+	}
+	got := make(chan seen, 1)
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		var s seen
+		s.method, s.path = r.Method, r.URL.RequestURI()
+		s.auth, s.conn, s.custom = r.Header.Get("Authorization"), r.Header.Get("X-Hop"), r.Header.Get("X-Custom")
+		s.ctype = r.Header.Get("Content-Type")
+		_ = json.NewDecoder(r.Body).Decode(&s.body)
+		got <- s
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Replica", "yes")
+		io.WriteString(w, `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":5,"completion_tokens":7}}`)
+	})
+	cfg := testConfig(srv.URL)
+	cfg.Replicas[0].Headers = map[string]string{"authorization": "Bearer upstream-key"}
+	var done doneLog
+	f := newFixture(t, cfg, &stubPicker{done: done.record}, nil)
+
+	hdr := http.Header{}
+	hdr.Set("Authorization", "Bearer client-key")
+	hdr.Set("Connection", "X-Hop")
+	hdr.Set("X-Hop", "dropped")
+	hdr.Set("X-Custom", "kept")
+	resp, err := f.pool.Do(context.Background(), &ForwardRequest{
+		Method:   http.MethodPost,
+		Path:     "/v1/chat/completions?trace=1",
+		Header:   hdr,
+		Body:     []byte(`{"model":"auto","messages":[{"role":"user","content":"hi"}],"temperature":0.70,"x_extra":{"a":[1,2]}}`),
+		SetModel: true,
+	})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.Status)
+	require.Equal(t, "r0", resp.ReplicaID)
+	require.Equal(t, "pool-model", resp.Model)
+	require.False(t, resp.Retried)
+	require.Equal(t, "yes", resp.Header.Get("X-Replica"))
+	require.Equal(t, 1, f.pool.InFlight())
+
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), `"completion_tokens":7`)
+	require.NoError(t, resp.Body.Close())
+	require.NoError(t, resp.Body.Close(), "a second Close is a no-op")
+
+	s := <-got
+	require.Equal(t, "POST", s.method)
+	require.Equal(t, "/v1/chat/completions?trace=1", s.path)
+	require.Equal(t, "Bearer upstream-key", s.auth, "replica headers replace the client's")
+	require.Empty(t, s.conn, "headers named by Connection are hop-by-hop")
+	require.Equal(t, "kept", s.custom)
+	require.Equal(t, "application/json", s.ctype)
+	require.Equal(t, "pool-model", s.body["model"])
+	require.Equal(t, 0.70, s.body["temperature"])
+	require.Equal(t, map[string]any{"a": []any{1.0, 2.0}}, s.body["x_extra"])
+
+	require.Equal(t, 0, f.pool.InFlight())
+	require.Equal(t, []doneCall{{"r0", 7}}, done.all(), "Done gets usage.completion_tokens")
+	require.Equal(t, 1.0, f.outcomes(t, "r0", "ok"))
+	require.Equal(t, 1.0, f.metric(t, "triage_upstream_ttfb_seconds", map[string]string{"replica": "r0"}))
+	require.Equal(t, 0.0, f.metric(t, "triage_upstream_inflight", map[string]string{"replica": "r0"}))
+}
+
+func TestDoStreamsIncrementally(t *testing.T) {
+	release := make(chan struct{})
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		sseHeaders(w)
+		flushEvent(w, `{"choices":[{"delta":{"content":"Hel"}}]}`)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		flushEvent(w, `{"choices":[{"delta":{"content":"lo"}}]}`)
+		flushEvent(w, "[DONE]")
+	})
+	var done doneLog
+	f := newFixture(t, testConfig(srv.URL), &stubPicker{done: done.record}, nil)
+
+	resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: "POST", Path: "/v1/chat/completions", Body: []byte(`{"stream":true}`)})
+	require.NoError(t, err)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	br := bufio.NewReader(resp.Body)
+
+	// The server sends the second event only after we hold the first: a
+	// buffering proxy would never deliver it and the wait below would fail.
+	first := make(chan string, 1)
+	go func() {
+		ev, _ := readEvent(br)
+		first <- ev
+	}()
+	select {
+	case ev := <-first:
+		require.Contains(t, ev, "Hel")
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("first SSE event was not delivered before the second was written: the body is buffered")
+	}
+	close(release)
+
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err)
+	require.Contains(t, string(rest), "lo")
+	require.Contains(t, string(rest), "[DONE]")
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, []doneCall{{"r0", 2}}, done.all(), "two content chunks, [DONE] not counted")
+	require.Equal(t, 0, f.pool.InFlight())
+}
+
+func TestDoRetriesOnceBeforeFirstByte(t *testing.T) {
+	tests := []struct {
+		name string
+		// first returns r0's URL; r1 always answers 200.
+		first   func(t *testing.T) string
+		outcome string // recorded for r0
+	}{
+		{"connection refused", deadURL, "retried"},
+		{"connection closed before headers", func(t *testing.T) string {
+			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) { closeConn(t, w) }).URL
+		}, "retried"},
+		{"503 from replica", func(t *testing.T) string {
+			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "warming up", http.StatusServiceUnavailable)
+			}).URL
+		}, "retried"},
+		{"502 from replica", func(t *testing.T) string {
+			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "bad gateway", http.StatusBadGateway)
+			}).URL
+		}, "retried"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var bodies atomic.Value
+			good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				bodies.Store(string(b))
+				io.WriteString(w, `{"ok":true}`)
+			})
+			cfg := testConfig(tt.first(t), good.URL)
+			cfg.Replicas[1].Model = "r1-model"
+			picker := preferring("r0", "r1")
+			var done doneLog
+			picker.done = done.record
+			f := newFixture(t, cfg, picker, nil)
+
+			resp, err := f.pool.Do(context.Background(), &ForwardRequest{
+				Method: "POST", Path: "/v1/completions",
+				Body: []byte(`{"model":"x","prompt":"p"}`), SetModel: true,
+			})
+			require.NoError(t, err)
+			require.Equal(t, "r1", resp.ReplicaID)
+			require.True(t, resp.Retried)
+			require.Equal(t, http.StatusOK, resp.Status)
+			_, err = io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+
+			require.Equal(t, `{"model":"r1-model","prompt":"p"}`, bodies.Load(), "the retry replays the body with its replica's model")
+			require.Equal(t, 1.0, f.outcomes(t, "r0", tt.outcome))
+			require.Equal(t, 1.0, f.outcomes(t, "r1", "ok"))
+			require.Equal(t, 1.0, f.metric(t, "triage_upstream_retries_total", map[string]string{"pool": "test"}))
+			require.Equal(t, 1, f.pool.Replicas()[0].ConsecutiveFailures)
+			require.Equal(t, []doneCall{{"r0", 0}, {"r1", 0}}, done.all(), "every pick gets its Done")
+			require.Equal(t, 0, f.pool.InFlight())
+		})
+	}
+}
+
+func TestDoDoesNotRetry(t *testing.T) {
+	t.Run("500 from replica", func(t *testing.T) {
+		var hits atomic.Int32
+		bad := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "boom", http.StatusInternalServerError)
+		})
+		good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+		f := newFixture(t, testConfig(bad.URL, good.URL), preferring("r0"), nil)
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusInternalServerError, resp.Status)
+		require.NoError(t, resp.Body.Close())
+		require.Zero(t, hits.Load())
+		require.Equal(t, 1.0, f.outcomes(t, "r0", "error_status"))
+	})
+
+	t.Run("only one replica: its 503 passes through", func(t *testing.T) {
+		bad := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+		})
+		f := newFixture(t, testConfig(bad.URL), &stubPicker{}, nil)
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, resp.Status)
+		b, _ := io.ReadAll(resp.Body)
+		require.Contains(t, string(b), "overloaded")
+		require.NoError(t, resp.Body.Close())
+		require.False(t, resp.Retried)
+	})
+
+	t.Run("only one replica: connect error", func(t *testing.T) {
+		f := newFixture(t, testConfig(deadURL(t)), &stubPicker{}, nil)
+		_, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+		var ue *UpstreamError
+		require.ErrorAs(t, err, &ue)
+		require.Equal(t, "r0", ue.Replica)
+		require.NotErrorIs(t, err, ErrUpstreamTimeout)
+		require.Equal(t, 1.0, f.outcomes(t, "r0", "connect_error"))
+		require.Equal(t, 0, f.pool.InFlight())
+	})
+
+	t.Run("after the first byte", func(t *testing.T) {
+		var hits atomic.Int32
+		broken := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+			sseHeaders(w)
+			flushEvent(w, `{"n":1}`)
+			closeConn(t, w)
+		})
+		good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+		f := newFixture(t, testConfig(broken.URL, good.URL), preferring("r0"), nil)
+
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/v1/chat/completions"})
+		require.NoError(t, err)
+		require.Equal(t, "r0", resp.ReplicaID)
+		b, err := io.ReadAll(resp.Body)
+		require.Contains(t, string(b), `{"n":1}`)
+		var ue *UpstreamError
+		require.ErrorAs(t, err, &ue)
+		require.NotErrorIs(t, err, ErrUpstreamTimeout)
+		require.NoError(t, resp.Body.Close())
+
+		require.Zero(t, hits.Load())
+		require.Equal(t, 1.0, f.outcomes(t, "r0", "stream_error"))
+		require.Equal(t, 1, f.pool.Replicas()[0].ConsecutiveFailures)
+	})
+
+	t.Run("first-byte timeout", func(t *testing.T) {
+		var hits atomic.Int32
+		slow := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+		cfg := testConfig(slow.URL, good.URL)
+		cfg.Timeouts.FirstByte = Duration(50 * time.Millisecond)
+		f := newFixture(t, cfg, preferring("r0"), nil)
+
+		_, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+		require.ErrorIs(t, err, ErrUpstreamTimeout)
+		var ue *UpstreamError
+		require.ErrorAs(t, err, &ue)
+		require.Zero(t, hits.Load())
+		require.Equal(t, 1.0, f.outcomes(t, "r0", "timeout"))
+		require.Equal(t, 0, f.pool.InFlight())
+	})
+}
+
+func TestAllReplicasDown(t *testing.T) {
+	f := newFixture(t, testConfig(deadURL(t), deadURL(t)), preferring("r0", "r1"), nil)
+	ctx := context.Background()
+	// Each request tries both (one retry); both fail and count toward
+	// ejection (threshold 3).
+	for range 3 {
+		_, err := f.pool.Do(ctx, &ForwardRequest{Path: "/"})
+		var ue *UpstreamError
+		require.ErrorAs(t, err, &ue)
+		require.Equal(t, "r1", ue.Replica, "the error names the last replica tried")
+	}
+	require.False(t, f.pool.Healthy())
+	_, err := f.pool.Do(ctx, &ForwardRequest{Path: "/"})
+	require.ErrorIs(t, err, ErrNoHealthyReplica)
+	require.Equal(t, 0, f.pool.InFlight())
+}
+
+func TestPassiveEjectionAndRecovery(t *testing.T) {
+	var status atomic.Int32
+	status.Store(http.StatusInternalServerError)
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+	})
+	cfg := testConfig(srv.URL)
+	cfg.PassiveEjection = PassiveEjectionConfig{ConsecutiveFailures: 3, Cooldown: Duration(10 * time.Second)}
+	f := newFixture(t, cfg, &stubPicker{}, nil)
+	p, ctx := f.pool, context.Background()
+	do := func() (int, error) {
+		resp, err := p.Do(ctx, &ForwardRequest{Path: "/"})
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.Status, nil
+	}
+	ejections := func() float64 {
+		return f.metric(t, "triage_upstream_ejections_total", map[string]string{"replica": "r0"})
+	}
+
+	for i := range 3 {
+		require.Equal(t, StateHealthy, p.Replicas()[0].State, "before failure %d", i+1)
+		code, err := do()
+		require.NoError(t, err)
+		require.Equal(t, 500, code)
+	}
+	st := p.Replicas()[0]
+	require.Equal(t, StateEjected, st.State)
+	require.Equal(t, f.clock.now().Add(10*time.Second), st.EjectedUntil)
+	require.Equal(t, 1.0, ejections())
+	require.False(t, p.Healthy())
+	_, err := do()
+	require.ErrorIs(t, err, ErrNoHealthyReplica)
+
+	// Cooldown over: back on probation, where one failure ejects again.
+	f.clock.advance(10 * time.Second)
+	require.True(t, p.Healthy())
+	_, err = do()
+	require.NoError(t, err)
+	require.Equal(t, StateEjected, p.Replicas()[0].State)
+	require.Equal(t, 2.0, ejections())
+
+	// A success on probation clears the record: one failure no longer ejects.
+	f.clock.advance(10 * time.Second)
+	status.Store(http.StatusOK)
+	code, err := do()
+	require.NoError(t, err)
+	require.Equal(t, 200, code)
+	require.Equal(t, 0, p.Replicas()[0].ConsecutiveFailures)
+	status.Store(http.StatusBadGateway)
+	_, err = do()
+	require.NoError(t, err)
+	require.Equal(t, StateHealthy, p.Replicas()[0].State)
+	require.Equal(t, 1, p.Replicas()[0].ConsecutiveFailures)
+	require.Equal(t, 2.0, ejections())
+}
+
+func TestRecordPassiveDoesNotExtendCooldown(t *testing.T) {
+	r := &replica{}
+	t0 := time.Unix(1000, 0)
+	require.False(t, r.recordPassive(false, t0, 2, time.Minute))
+	require.True(t, r.recordPassive(false, t0, 2, time.Minute))
+	// Requests already in flight fail while ejected: no new ejection.
+	require.False(t, r.recordPassive(false, t0.Add(30*time.Second), 2, time.Minute))
+	require.Equal(t, t0.Add(time.Minute), r.ejectedUntil)
+	// Disabled when the threshold is 0.
+	r2 := &replica{}
+	for range 10 {
+		require.False(t, r2.recordPassive(false, t0, 0, time.Minute))
+	}
+}
+
+func TestClientCancelPropagates(t *testing.T) {
+	t.Run("before headers", func(t *testing.T) {
+		arrived, observed := make(chan struct{}), make(chan struct{})
+		srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+			close(arrived)
+			<-r.Context().Done()
+			close(observed)
+		})
+		f := newFixture(t, testConfig(srv.URL), &stubPicker{}, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := f.pool.Do(ctx, &ForwardRequest{Path: "/"})
+			errc <- err
+		}()
+		<-arrived
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+		<-observed
+		require.Equal(t, 0, f.pool.InFlight())
+		require.Equal(t, 1.0, f.outcomes(t, "r0", "canceled"))
+		require.Equal(t, 0, f.pool.Replicas()[0].ConsecutiveFailures, "a client leaving is not the replica's fault")
+	})
+
+	t.Run("mid-stream", func(t *testing.T) {
+		observed := make(chan struct{})
+		srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+			sseHeaders(w)
+			flushEvent(w, `{"n":1}`)
+			<-r.Context().Done()
+			close(observed)
+		})
+		f := newFixture(t, testConfig(srv.URL), &stubPicker{}, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		resp, err := f.pool.Do(ctx, &ForwardRequest{Path: "/"})
+		require.NoError(t, err)
+		br := bufio.NewReader(resp.Body)
+		_, err = readEvent(br)
+		require.NoError(t, err)
+		cancel()
+		<-observed
+		_, err = io.ReadAll(br)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, 0, f.pool.InFlight())
+		require.Equal(t, 1.0, f.outcomes(t, "r0", "canceled"))
+	})
+
+	t.Run("close before the end", func(t *testing.T) {
+		observed := make(chan struct{})
+		srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+			sseHeaders(w)
+			flushEvent(w, `{"n":1}`)
+			<-r.Context().Done()
+			close(observed)
+		})
+		f := newFixture(t, testConfig(srv.URL), &stubPicker{}, nil)
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		<-observed
+		require.Equal(t, 0, f.pool.InFlight())
+		require.Equal(t, 1.0, f.outcomes(t, "r0", "canceled"))
+	})
+
+	t.Run("already cancelled", func(t *testing.T) {
+		f := newFixture(t, testConfig("http://127.0.0.1:1"), &stubPicker{}, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := f.pool.Do(ctx, &ForwardRequest{Path: "/"})
+		require.ErrorIs(t, err, context.Canceled)
+	})
+}
+
+func TestStreamIdleTimeout(t *testing.T) {
+	observed := make(chan struct{})
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		sseHeaders(w)
+		flushEvent(w, `{"n":1}`)
+		<-r.Context().Done() // stalls until the gateway gives up
+		close(observed)
+	})
+	cfg := testConfig(srv.URL)
+	cfg.Timeouts.StreamIdle = Duration(50 * time.Millisecond)
+	var done doneLog
+	f := newFixture(t, cfg, &stubPicker{done: done.record}, nil)
+
+	resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+	require.NoError(t, err)
+	br := bufio.NewReader(resp.Body)
+	ev, err := readEvent(br)
+	require.NoError(t, err)
+	require.Contains(t, ev, `{"n":1}`)
+	_, err = io.ReadAll(br)
+	require.ErrorIs(t, err, ErrUpstreamTimeout)
+	var ue *UpstreamError
+	require.ErrorAs(t, err, &ue)
+	<-observed
+	require.NoError(t, resp.Body.Close())
+
+	require.Equal(t, 1.0, f.outcomes(t, "r0", "timeout"))
+	require.Equal(t, 1, f.pool.Replicas()[0].ConsecutiveFailures)
+	require.Equal(t, []doneCall{{"r0", 1}}, done.all())
+	require.Equal(t, 0, f.pool.InFlight())
+}
+
+func TestSetOutputTokensOverrides(t *testing.T) {
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		sseHeaders(w)
+		flushEvent(w, `{"n":1}`)
+	})
+	var done doneLog
+	f := newFixture(t, testConfig(srv.URL), &stubPicker{done: done.record}, nil)
+	resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.SetOutputTokens(42)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, []doneCall{{"r0", 42}}, done.all())
+}
+
+func TestDoRejectsBadInput(t *testing.T) {
+	f := newFixture(t, testConfig("http://127.0.0.1:1"), &stubPicker{}, nil)
+	ctx := context.Background()
+	_, err := f.pool.Do(ctx, &ForwardRequest{Path: "v1/models"})
+	require.ErrorContains(t, err, "must start with")
+	_, err = f.pool.Do(ctx, &ForwardRequest{Method: "GE T", Path: "/"})
+	require.ErrorContains(t, err, "invalid method")
+	_, err = f.pool.Do(ctx, &ForwardRequest{Path: "/", Body: []byte(`[1]`), SetModel: true})
+	require.ErrorIs(t, err, ErrInvalidBody)
+	require.Equal(t, 0, f.pool.InFlight())
+}
+
+func TestRewriteModel(t *testing.T) {
+	tests := []struct {
+		name, in, model, want string
+	}{
+		{"replaces only the value",
+			`{"model":"auto","messages":[{"role":"user","content":"hi"}],"temperature":0.70}`, "m",
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.70}`},
+		{"keeps whitespace, order and number spelling",
+			"{\n  \"stream\" : true,\n  \"model\" :  \"auto\" ,\n  \"n\": 1e3,\n  \"big\": 12345678901234567890\n}", "m",
+			"{\n  \"stream\" : true,\n  \"model\" :  \"m\" ,\n  \"n\": 1e3,\n  \"big\": 12345678901234567890\n}"},
+		{"nested model keys are untouched",
+			`{"tools":[{"model":"keep"}],"model":"auto","meta":{"model":"keep"}}`, "m",
+			`{"tools":[{"model":"keep"}],"model":"m","meta":{"model":"keep"}}`},
+		{"non-string model value",
+			`{"model":null,"x":1}`, "m", `{"model":"m","x":1}`},
+		{"object model value",
+			`{"model":{"a":[1,{"b":2}]},"x":1}`, "m", `{"model":"m","x":1}`},
+		{"inserted when absent",
+			`{"prompt":"p"}`, "m", `{"model":"m","prompt":"p"}`},
+		{"inserted into an empty object",
+			` { } `, "m", ` {"model":"m" } `},
+		{"duplicates all replaced",
+			`{"model":"a","model":"b"}`, "m", `{"model":"m","model":"m"}`},
+		{"escaped key",
+			`{"mod\u0065l":"a"}`, "m", `{"mod\u0065l":"m"}`},
+		{"model name is JSON-escaped",
+			`{"model":"a"}`, "we\"ird<&>", `{"model":"we\"ird<&>"}`},
+		{"unicode elsewhere is kept",
+			`{"model":"a","content":"héllo \u00e9 🙂"}`, "m", `{"model":"m","content":"héllo \u00e9 🙂"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RewriteModel([]byte(tt.in), tt.model)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, string(got))
+			var v map[string]any
+			require.NoError(t, json.Unmarshal(got, &v))
+			require.Equal(t, tt.model, v["model"])
+		})
+	}
+
+	for _, bad := range []string{``, `[]`, `"s"`, `{"a":1`, `{"a":1} {"b":2}`, `{"a":1}x`, `{"a":tru}`, `{"model":"a",}`} {
+		t.Run("invalid "+bad, func(t *testing.T) {
+			_, err := RewriteModel([]byte(bad), "m")
+			require.ErrorIs(t, err, ErrInvalidBody)
+		})
+	}
+}
+
+func TestTokenCounterSSE(t *testing.T) {
+	stream := "data: {\"a\":1}\n\n" +
+		"event: ping\ndata:{\"b\":2}\n\n" +
+		": comment with data: inside\n\n" +
+		"data: {\"usage\":{}}\r\n\r\n" +
+		"data: [DONE]\n\n"
+	for _, chunk := range []int{1, 2, 3, 7, len(stream)} {
+		var tc tokenCounter
+		tc.init("text/event-stream; charset=utf-8")
+		for i := 0; i < len(stream); i += chunk {
+			tc.feed([]byte(stream[i:min(i+chunk, len(stream))]))
+		}
+		require.Equal(t, 3, tc.count(), "chunk size %d", chunk)
+	}
+}
+
+func TestTokenCounterJSON(t *testing.T) {
+	var tc tokenCounter
+	tc.init("application/json")
+	tc.feed([]byte(`{"usage":{"completion_`))
+	tc.feed([]byte(`tokens":12}}`))
+	require.Equal(t, 12, tc.count())
+
+	var big tokenCounter
+	big.init("application/json")
+	big.feed([]byte(`{"usage":{"completion_tokens":3},"pad":"`))
+	big.feed([]byte(strings.Repeat("x", maxUsageCapture)))
+	require.Equal(t, 0, big.count(), "bodies over the cap are not kept")
+
+	var plain tokenCounter
+	plain.init("text/plain")
+	plain.feed([]byte("data: x\n"))
+	require.Equal(t, 0, plain.count())
+}
+
+func TestUpstreamErrorWraps(t *testing.T) {
+	cause := errors.New("connection reset")
+	err := error(&UpstreamError{Pool: "slow", Replica: "a", Err: cause})
+	require.ErrorIs(t, err, cause)
+	require.Equal(t, "upstream slow/a: connection reset", err.Error())
+}

@@ -1,0 +1,131 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// outcome is how one upstream attempt ended; the label values of
+// triage_upstream_requests_total.
+type outcome int
+
+const (
+	// outcomeOK: a response with status < 500 was read to its end.
+	outcomeOK outcome = iota
+	// outcomeErrorStatus: the replica answered 5xx (and no retry followed).
+	outcomeErrorStatus
+	// outcomeConnectError: no response headers arrived (dial failure,
+	// connection reset or closed before headers).
+	outcomeConnectError
+	// outcomeTimeout: the first-byte or stream-idle timeout fired.
+	outcomeTimeout
+	// outcomeCanceled: the caller went away (context canceled, or the body
+	// was closed before its end).
+	outcomeCanceled
+	// outcomeRetried: the attempt failed before the first byte and the
+	// request went on to another replica.
+	outcomeRetried
+	// outcomeStreamError: the body broke off after the headers arrived.
+	outcomeStreamError
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	outcomeOK:           "ok",
+	outcomeErrorStatus:  "error_status",
+	outcomeConnectError: "connect_error",
+	outcomeTimeout:      "timeout",
+	outcomeCanceled:     "canceled",
+	outcomeRetried:      "retried",
+	outcomeStreamError:  "stream_error",
+}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// metrics are shared by every pool registered on the same Registerer; the
+// pool label tells them apart.
+type metrics struct {
+	inflight  *prometheus.GaugeVec
+	requests  *prometheus.CounterVec
+	ttfb      *prometheus.HistogramVec
+	healthy   *prometheus.GaugeVec
+	retries   *prometheus.CounterVec
+	ejections *prometheus.CounterVec
+}
+
+// newMetrics registers the upstream metrics on reg. A second call with the
+// same reg (a second pool) reuses the collectors already registered.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	var errs []error
+	m := &metrics{
+		inflight: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "triage_upstream_inflight",
+			Help: "Requests sent to a replica and not yet finished (router-local count).",
+		}, []string{"pool", "replica"})),
+		requests: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_requests_total",
+			Help: "Upstream attempts by how they ended: ok, error_status, connect_error, timeout, canceled, retried, stream_error.",
+		}, []string{"pool", "replica", "outcome"})),
+		ttfb: registerOrReuse(reg, &errs, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "triage_upstream_ttfb_seconds",
+			Help:    "Time from sending a request upstream to receiving the response headers.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 15), // 5ms .. ~82s
+		}, []string{"pool", "replica"})),
+		healthy: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "triage_upstream_replica_healthy",
+			Help: "1 if the replica may take new requests (passing checks, not ejected, not draining), else 0.",
+		}, []string{"pool", "replica"})),
+		retries: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_retries_total",
+			Help: "Requests retried on another replica after failing before the first byte.",
+		}, []string{"pool"})),
+		ejections: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_ejections_total",
+			Help: "Passive ejections of a replica after consecutive request failures.",
+		}, []string{"pool", "replica"})),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("register upstream metrics: %w", err)
+	}
+	return m, nil
+}
+
+func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, errs *[]error, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	*errs = append(*errs, err)
+	return c
+}
+
+// replicaMetrics are one replica's children, resolved once so the request
+// path does no label lookups.
+type replicaMetrics struct {
+	inflight  prometheus.Gauge
+	healthy   prometheus.Gauge
+	ttfb      prometheus.Observer
+	ejections prometheus.Counter
+	outcomes  [numOutcomes]prometheus.Counter
+}
+
+func (m *metrics) forReplica(pool, replica string) *replicaMetrics {
+	rm := &replicaMetrics{
+		inflight:  m.inflight.WithLabelValues(pool, replica),
+		healthy:   m.healthy.WithLabelValues(pool, replica),
+		ttfb:      m.ttfb.WithLabelValues(pool, replica),
+		ejections: m.ejections.WithLabelValues(pool, replica),
+	}
+	for o := range numOutcomes {
+		rm.outcomes[o] = m.requests.WithLabelValues(pool, replica, o.String())
+	}
+	return rm
+}

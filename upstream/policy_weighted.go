@@ -1,0 +1,239 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Scorer names for WeightedConfig.Scorers (BLIS, seed 002; llm-d).
+const (
+	ScorerPrefixAffinity = "prefix-affinity" // share of the request's blocks in the replica's index
+	ScorerQueueDepth     = "queue-depth"     // min-max normalised Waiting+InFlight, lower load is better
+	ScorerKVUtilization  = "kv-utilization"  // 1 − KVUtilization
+	ScorerLoadBalance    = "load-balance"    // 1/(1+InFlight)
+)
+
+// scorerKinds maps scorer names to their implementation.
+var scorerKinds = map[string]scorerKind{
+	ScorerPrefixAffinity: scorePrefixAffinity,
+	ScorerQueueDepth:     scoreQueueDepth,
+	ScorerKVUtilization:  scoreKVUtilization,
+	ScorerLoadBalance:    scoreLoadBalance,
+}
+
+// ScorerNames lists the weighted policy's scorers, sorted.
+func ScorerNames() []string { return slices.Sorted(maps.Keys(scorerKinds)) }
+
+// DefaultScorerWeights returns llm-d's weights, which BLIS also uses.
+func DefaultScorerWeights() map[string]float64 {
+	return map[string]float64{ScorerPrefixAffinity: 3, ScorerQueueDepth: 2, ScorerKVUtilization: 2}
+}
+
+// WeightedConfig tunes the weighted policy.
+type WeightedConfig struct {
+	// Scorers maps scorer name to weight (>= 0, at least one > 0). Weights
+	// are normalised to sum 1, so only ratios matter. Default nil, which
+	// means DefaultScorerWeights (prefix-affinity:3, queue-depth:2,
+	// kv-utilization:2). An empty map is an error, not the default.
+	Scorers map[string]float64 `yaml:"scorers" json:"scorers"`
+	// BlockChars is the prefix block size in characters. Default 128.
+	BlockChars int `yaml:"block_chars" json:"block_chars"`
+	// IndexBlocks bounds each replica's router-side LRU index of block
+	// hashes. Default 10000 (BLIS).
+	IndexBlocks int `yaml:"index_blocks" json:"index_blocks"`
+}
+
+// DefaultWeightedConfig returns BLIS's defaults (Scorers nil: see its field).
+func DefaultWeightedConfig() WeightedConfig {
+	return WeightedConfig{BlockChars: 128, IndexBlocks: 10_000}
+}
+
+// Validate reports every invalid field, named from "weighted".
+func (c WeightedConfig) Validate() error { return errors.Join(c.validate("weighted")...) }
+
+func (c WeightedConfig) validate(path string) []error {
+	errs := validateBlocks(path, c.BlockChars, c.IndexBlocks)
+	if c.Scorers == nil {
+		return errs
+	}
+	var sum float64
+	for _, name := range slices.Sorted(maps.Keys(c.Scorers)) {
+		w := c.Scorers[name]
+		if _, ok := scorerKinds[name]; !ok {
+			errs = append(errs, fmt.Errorf("%s.scorers.%s: unknown scorer (want one of %s)",
+				path, name, strings.Join(ScorerNames(), ", ")))
+			continue
+		}
+		if !validNonNeg(w) {
+			errs = append(errs, fmt.Errorf("%s.scorers.%s: weight must be a finite number >= 0, got %v", path, name, w))
+			continue
+		}
+		sum += w
+	}
+	if sum <= 0 && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%s.scorers: need at least one scorer with weight > 0", path))
+	}
+	return errs
+}
+
+type scorerKind uint8
+
+const (
+	scorePrefixAffinity scorerKind = iota
+	scoreQueueDepth
+	scoreKVUtilization
+	scoreLoadBalance
+)
+
+type weightedScorer struct {
+	name   string
+	kind   scorerKind
+	weight float64 // normalised: all weights sum to 1
+}
+
+// Weighted is the BLIS / llm-d endpoint-picker policy. Each scorer gives
+// every candidate a score in [0,1], 1 is best; the total is the sum of
+// scores times normalised weights, so it is in [0,1] too. The highest
+// total wins; exact ties go round-robin.
+//
+//   - prefix-affinity: share of the request's block hashes found (anywhere,
+//     not only as a leading run) in the replica's router-side LRU index,
+//     which is updated right after each decision. 0 for an empty prompt.
+//   - queue-depth: effective load Waiting+InFlight, min-max normalised
+//     across candidates, (max−load)/(max−min); all equal → all 1.
+//   - kv-utilization: 1 − KVUtilization, clamped to [0,1]. A replica with
+//     no scraped metrics reads as empty (score 1).
+//   - load-balance: 1/(1+InFlight).
+//
+// Traces score candidates by the weighted total (higher is better).
+//
+// Concurrency: one mutex guards the index and scratch buffers.
+type Weighted struct {
+	traced
+	scorers   []weightedScorer // sorted by name, for a fixed summation order
+	needIndex bool
+	blocks    int
+	rr        rotor
+
+	mu    sync.Mutex
+	index *prefixIndex
+	total []float64 // scratch
+	part  []float64 // scratch
+}
+
+var _ Picker = (*Weighted)(nil)
+
+// NewWeighted validates cfg and returns a weighted picker.
+func NewWeighted(cfg WeightedConfig) (*Weighted, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	weights := cfg.Scorers
+	if weights == nil {
+		weights = DefaultScorerWeights()
+	}
+	var sum float64
+	for _, w := range weights {
+		sum += w
+	}
+	p := &Weighted{blocks: cfg.BlockChars, index: newPrefixIndex(cfg.IndexBlocks)}
+	for _, name := range slices.Sorted(maps.Keys(weights)) {
+		if weights[name] == 0 {
+			continue
+		}
+		kind := scorerKinds[name]
+		p.scorers = append(p.scorers, weightedScorer{name: name, kind: kind, weight: weights[name] / sum})
+		p.needIndex = p.needIndex || kind == scorePrefixAffinity
+	}
+	return p, nil
+}
+
+// Weights returns the normalised weight of each scorer in use (they sum
+// to 1).
+func (p *Weighted) Weights() map[string]float64 {
+	out := make(map[string]float64, len(p.scorers))
+	for _, s := range p.scorers {
+		out[s.name] = s.weight
+	}
+	return out
+}
+
+// Pick implements Picker.
+func (p *Weighted) Pick(req *Request, cands []Candidate) int {
+	var hashes []uint64
+	if p.needIndex {
+		buf, _ := blockHashesPooled(req.Prompt, p.blocks)
+		defer releaseHashes(buf)
+		hashes = *buf
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	n := len(cands)
+	p.total = growFloats(p.total, n)
+	p.part = growFloats(p.part, n)
+	total, part := p.total, p.part
+	clear(total)
+	for _, s := range p.scorers {
+		p.score(s.kind, hashes, cands, part)
+		for i, v := range part {
+			total[i] += s.weight * min(max(v, 0), 1)
+		}
+	}
+
+	best, count := total[0], 0
+	for _, v := range total {
+		switch {
+		case v > best:
+			best, count = v, 1
+		case v == best:
+			count++
+		}
+	}
+	chosen := nthTied(n, p.rr.turn(count), func(i int) bool { return total[i] == best })
+
+	if p.needIndex {
+		p.index.record(cands[chosen].ID, hashes)
+	}
+	p.tracer.Record(cands, total, chosen, false, "")
+	return chosen
+}
+
+// score writes one scorer's value for every candidate into out.
+// Contract: values are in [0,1], 1 is best. Caller holds p.mu.
+func (p *Weighted) score(kind scorerKind, hashes []uint64, cands []Candidate, out []float64) {
+	switch kind {
+	case scorePrefixAffinity:
+		for i, c := range cands {
+			out[i] = 0
+			if len(hashes) > 0 {
+				out[i] = float64(p.index.countPresent(c.ID, hashes)) / float64(len(hashes))
+			}
+		}
+	case scoreQueueDepth:
+		lo, hi := cands[0].Waiting+cands[0].InFlight, cands[0].Waiting+cands[0].InFlight
+		for _, c := range cands {
+			l := c.Waiting + c.InFlight
+			lo, hi = min(lo, l), max(hi, l)
+		}
+		for i, c := range cands {
+			out[i] = 1
+			if hi > lo {
+				out[i] = float64(hi-(c.Waiting+c.InFlight)) / float64(hi-lo)
+			}
+		}
+	case scoreKVUtilization:
+		for i, c := range cands {
+			out[i] = 1 - c.KVUtilization
+		}
+	case scoreLoadBalance:
+		for i, c := range cands {
+			out[i] = 1 / (1 + float64(max(c.InFlight, 0)))
+		}
+	}
+}

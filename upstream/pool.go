@@ -1,0 +1,321 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+)
+
+// ErrUnknownReplica is returned by Drain and Undrain for an ID the pool does
+// not hold.
+var ErrUnknownReplica = errors.New("unknown replica")
+
+// Options are a pool's collaborators. The zero value is usable.
+type Options struct {
+	// Logger receives health transitions, ejections, retries and recovered
+	// panics. Nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the triage_upstream_* metrics. Several pools may
+	// share one Registerer. Nil means a private registry (nothing exported).
+	Registerer prometheus.Registerer
+	// Transport sends every upstream request, probe and scrape. Nil means a
+	// pool-owned *http.Transport built from the pool's Timeouts (connect
+	// timeout, 256 idle connections per host, compression untouched); an
+	// injected RoundTripper gets only the first-byte and stream-idle timeouts
+	// from the pool and is not closed by it.
+	Transport http.RoundTripper
+	// Now tells time for ejection cooldowns and scrape freshness. Nil means
+	// time.Now. Latencies (TTFB) always use the monotonic clock.
+	Now func() time.Time
+}
+
+// Pool is a set of replicas serving one model, and the only way requests
+// reach them. See the package documentation for concurrency and lifecycle.
+type Pool struct {
+	cfg       PoolConfig
+	replicas  []*replica
+	byID      map[string]*replica
+	picker    Picker
+	finisher  Finisher // picker as a Finisher, or nil
+	admitter  Admitter
+	transport http.RoundTripper
+	owned     *http.Transport // closed by Run on exit; nil if injected
+	log       *slog.Logger
+	now       func() time.Time
+	metrics   *metrics
+	retries   prometheus.Counter
+	running   atomic.Bool
+}
+
+// New builds a pool. cfg must pass Validate (New calls it). picker is
+// required; admitter may be nil, which admits every request.
+func New(cfg PoolConfig, picker Picker, admitter Admitter, opts Options) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+	}
+	if picker == nil {
+		return nil, fmt.Errorf("pool %q: nil picker", cfg.Name)
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+	}
+	p := &Pool{
+		cfg:       cfg,
+		byID:      make(map[string]*replica, len(cfg.Replicas)),
+		picker:    picker,
+		admitter:  admitter,
+		transport: opts.Transport,
+		log:       opts.Logger,
+		now:       opts.Now,
+		metrics:   m,
+		retries:   m.retries.WithLabelValues(cfg.Name),
+	}
+	p.finisher, _ = picker.(Finisher)
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	p.log = p.log.With("pool", cfg.Name)
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.transport == nil {
+		p.owned = newTransport(cfg.Timeouts)
+		p.transport = p.owned
+	}
+	for _, rc := range cfg.Replicas {
+		r := newReplica(rc, cfg.Model)
+		r.metrics = m.forReplica(cfg.Name, r.id)
+		p.replicas = append(p.replicas, r)
+		p.byID[r.id] = r
+		p.publish(r, true)
+	}
+	return p, nil
+}
+
+// newTransport pools connections generously: an LLM gateway holds many
+// long streams to few hosts. Compression is left to the client and the
+// replica (DisableCompression), so bytes pass through unchanged. Proxy
+// settings from the environment are deliberately not consulted.
+func newTransport(t TimeoutsConfig) *http.Transport {
+	dialer := &net.Dialer{Timeout: t.Connect.Std(), KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:         dialer.DialContext,
+		TLSHandshakeTimeout: t.Connect.Std(),
+		MaxIdleConns:        0, // no global cap; per-host cap below
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   true,
+	}
+}
+
+// Name returns the pool's configured name.
+func (p *Pool) Name() string { return p.cfg.Name }
+
+// Model returns the model name sent to the replica, or "" for an unknown ID.
+func (p *Pool) Model(replicaID string) string {
+	if r, ok := p.byID[replicaID]; ok {
+		return r.model
+	}
+	return ""
+}
+
+// Healthy reports whether at least one replica may take a new request now
+// (passing checks, not ejected, not draining). Replicas at
+// MaxInFlightPerReplica still count: they are busy, not broken.
+func (p *Pool) Healthy() bool {
+	now := p.now()
+	some := false
+	for _, r := range p.replicas {
+		ok := r.available(now)
+		p.publish(r, ok)
+		some = some || ok
+	}
+	return some
+}
+
+// InFlight returns the number of requests sent and not yet finished, summed
+// over replicas. Shutdown waits for it to reach zero.
+func (p *Pool) InFlight() int {
+	n := int64(0)
+	for _, r := range p.replicas {
+		n += r.inFlight.Load()
+	}
+	return int(n)
+}
+
+// Replicas returns a snapshot of every replica in configuration order.
+func (p *Pool) Replicas() []ReplicaStatus {
+	now := p.now()
+	out := make([]ReplicaStatus, len(p.replicas))
+	for i, r := range p.replicas {
+		out[i] = r.status(now, p.staleAfter())
+	}
+	return out
+}
+
+// Drain stops new requests to the replica; those in flight finish. It is
+// idempotent.
+func (p *Pool) Drain(replicaID string) error { return p.setDraining(replicaID, true) }
+
+// Undrain returns a drained replica to service. It is idempotent.
+func (p *Pool) Undrain(replicaID string) error { return p.setDraining(replicaID, false) }
+
+func (p *Pool) setDraining(id string, on bool) error {
+	r, ok := p.byID[id]
+	if !ok {
+		return fmt.Errorf("pool %s: %w %q", p.cfg.Name, ErrUnknownReplica, id)
+	}
+	if r.setDraining(on) {
+		p.log.Info("replica drain changed", "replica", id, "draining", on, "in_flight", r.inFlight.Load())
+	}
+	p.publish(r, r.available(p.now()))
+	return nil
+}
+
+// Run owns the pool's background work, active health checks and metric
+// scraping, until ctx is done. It returns nil on cancellation. A pool serves
+// requests without Run, with every replica assumed healthy and no load
+// signals. Run may be called once.
+func (p *Pool) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("pool %s: Run called twice", p.cfg.Name)
+	}
+	if p.owned != nil {
+		defer p.owned.CloseIdleConnections()
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	if every := p.cfg.HealthCheck.Interval.Std(); every > 0 {
+		g.Go(func() error { p.every(ctx, "health_check", every, p.checkOnce); return nil })
+	}
+	if every := p.cfg.ScrapeInterval.Std(); every > 0 {
+		g.Go(func() error { p.every(ctx, "scrape", every, p.scrapeOnce); return nil })
+	}
+	g.Go(func() error { <-ctx.Done(); return nil })
+	return g.Wait()
+}
+
+// every runs fn now and then at each tick until ctx is done. A panic in fn
+// is logged and the loop goes on.
+func (p *Pool) every(ctx context.Context, loop string, d time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		func() {
+			defer p.recoverPanic(loop)
+			fn(ctx)
+		}()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// recoverPanic must be deferred directly.
+func (p *Pool) recoverPanic(where string) {
+	if v := recover(); v != nil {
+		p.log.Error("recovered panic in upstream background work", "loop", where, "panic", fmt.Sprint(v))
+	}
+}
+
+// staleAfter is the age past which scraped load is no longer Fresh: three
+// scrape intervals, so one or two failed scrapes do not blank the signal.
+func (p *Pool) staleAfter() time.Duration { return 3 * p.cfg.ScrapeInterval.Std() }
+
+// publish sets the healthy gauge when availability changed.
+func (p *Pool) publish(r *replica, ok bool) {
+	v := int32(0)
+	if ok {
+		v = 1
+	}
+	if r.published.Swap(v) != v {
+		r.metrics.healthy.Set(float64(v))
+	}
+}
+
+// observe folds a request outcome into the replica's passive-ejection state.
+func (p *Pool) observe(r *replica, ok bool) {
+	pe := p.cfg.PassiveEjection
+	if r.recordPassive(ok, p.now(), pe.ConsecutiveFailures, pe.Cooldown.Std()) {
+		r.metrics.ejections.Inc()
+		p.publish(r, false)
+		p.log.Warn("replica ejected after consecutive failures", "replica", r.id,
+			"consecutive_failures", pe.ConsecutiveFailures, "cooldown", pe.Cooldown.String())
+	}
+}
+
+// acquire picks a replica for req among those available now (excluding the
+// one named exclude, for retries) and counts the request in flight on it.
+func (p *Pool) acquire(req *Request, exclude string) (*replica, error) {
+	now := p.now()
+	stale := p.staleAfter()
+	limit := p.cfg.MaxInFlightPerReplica
+	cands := make([]Candidate, 0, len(p.replicas))
+	reps := make([]*replica, 0, len(p.replicas))
+	full := 0
+	for _, r := range p.replicas {
+		if r.id == exclude {
+			continue
+		}
+		ok := r.available(now)
+		p.publish(r, ok)
+		switch {
+		case !ok:
+		case limit > 0 && r.inFlight.Load() >= int64(limit):
+			full++
+		default:
+			cands = append(cands, r.candidate(now, stale))
+			reps = append(reps, r)
+		}
+	}
+	for len(cands) > 0 {
+		i := p.picker.Pick(req, cands)
+		if i < 0 || i >= len(cands) {
+			return nil, fmt.Errorf("pool %s: picker returned index %d for %d candidates", p.cfg.Name, i, len(cands))
+		}
+		r := reps[i]
+		if r.tryAcquire(limit) {
+			r.metrics.inflight.Inc()
+			return r, nil
+		}
+		// Another request took the replica's last slot between the snapshot
+		// and now. Let the picker forget this pick and choose again.
+		if p.finisher != nil {
+			p.finisher.Done(req, r.id, 0)
+		}
+		cands = append(cands[:i], cands[i+1:]...)
+		reps = append(reps[:i], reps[i+1:]...)
+		full++
+	}
+	if full > 0 {
+		return nil, fmt.Errorf("pool %s: %d replica(s) at max_in_flight_per_replica (%d): %w",
+			p.cfg.Name, full, limit, ErrNoHealthyReplica)
+	}
+	return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, ErrNoHealthyReplica)
+}
+
+// release ends one picked request: in-flight count, outcome metric and the
+// picker's Done, exactly once per successful acquire.
+func (p *Pool) release(r *replica, req *Request, o outcome, outputTokens int) {
+	r.inFlight.Add(-1)
+	r.metrics.inflight.Dec()
+	r.metrics.outcomes[o].Inc()
+	if p.finisher != nil {
+		p.finisher.Done(req, r.id, outputTokens)
+	}
+}
