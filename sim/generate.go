@@ -1,0 +1,312 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	s.generate(w, r, chatEndpoint)
+}
+
+func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
+	s.generate(w, r, completionEndpoint)
+}
+
+// draw holds one request's random numbers, drawn together so a given seed
+// and arrival order always give the same outcomes.
+type draw struct {
+	speed float64 // latency factor in [1-Jitter, 1+Jitter]
+	fail  bool    // answer 500
+	cut   bool    // cut the stream (streaming requests only)
+}
+
+func (s *Server) drawFor(stream bool) draw {
+	s.rngMu.Lock()
+	u1, u2, u3 := s.rng.Float64(), s.rng.Float64(), s.rng.Float64()
+	s.rngMu.Unlock()
+	return draw{
+		speed: 1 + s.cfg.Jitter*(2*u1-1),
+		fail:  u2 < s.cfg.ErrorRate,
+		cut:   stream && u3 < s.cfg.CloseMidStreamRate,
+	}
+}
+
+// job is one admitted request on its way through the engine.
+type job struct {
+	req          genRequest
+	id           string
+	created      int64
+	arrival      time.Time
+	hash         uint64 // promptHash(req.prompt)
+	promptTokens int
+	cachedTokens int
+	outTokens    int
+	finish       string // stop or length, once all tokens are out
+	speed        float64
+}
+
+func (j *job) usage() usage {
+	return usage{
+		PromptTokens:        j.promptTokens,
+		CompletionTokens:    j.outTokens,
+		TotalTokens:         j.promptTokens + j.outTokens,
+		PromptTokensDetails: promptTokensDetails{CachedTokens: j.cachedTokens},
+	}
+}
+
+// generate runs one generation request: stall, parse, fault, queue for a
+// slot, prefill (cheaper for a cached prefix), then decode token by token.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint) {
+	// Close cuts in-flight requests through their context.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.closed, cancel)()
+
+	if s.closed.Err() != nil {
+		s.metrics.rejected.WithLabelValues(rejectClosed).Inc()
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: "server_error", message: "server is shutting down"})
+		return
+	}
+	if s.cfg.StallFirstByte > 0 {
+		if err := s.clock.Sleep(ctx, s.cfg.StallFirstByte); err != nil {
+			return // client gone during the stall; nothing was admitted
+		}
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		s.metrics.rejected.WithLabelValues(rejectBadRequest).Inc()
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+				message: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)})
+			return
+		}
+		writeError(w, badRequest("", "reading request body: %v", err))
+		return
+	}
+	parse := parseChat
+	if kind == completionEndpoint {
+		parse = parseCompletion
+	}
+	req, apiErr := parse(body, s.cfg.Model)
+	if apiErr != nil {
+		s.metrics.rejected.WithLabelValues(rejectBadRequest).Inc()
+		writeError(w, apiErr)
+		return
+	}
+
+	d := s.drawFor(req.stream)
+	if d.fail {
+		s.metrics.rejected.WithLabelValues(rejectInjected).Inc()
+		writeError(w, &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "injected fault (error_rate)"})
+		return
+	}
+
+	now := s.clock.Now()
+	j := &job{
+		req:          req,
+		id:           fmt.Sprintf("%s-%s-%d", idKind(kind), s.idPrefix, s.ids.Add(1)),
+		created:      now.Unix(),
+		arrival:      now,
+		hash:         promptHash(req.prompt),
+		promptTokens: CountTokens(req.prompt),
+		outTokens:    s.cfg.DefaultMaxTokens,
+		finish:       finishStop,
+		speed:        d.speed,
+	}
+	if req.maxTokens > 0 {
+		// A real model asked for n tokens and given them stopped on the limit.
+		j.outTokens, j.finish = req.maxTokens, finishLength
+	}
+	if j.outTokens > s.cfg.MaxOutputTokens {
+		j.outTokens, j.finish = s.cfg.MaxOutputTokens, finishLength
+	}
+
+	blocks := (len(req.prompt) + 4*j.outTokens + s.cfg.BlockChars - 1) / s.cfg.BlockChars
+	if err := s.sched.acquire(ctx, blocks); err != nil {
+		if errors.Is(err, errQueueFull) {
+			s.metrics.rejected.WithLabelValues(rejectQueueFull).Inc()
+			w.Header().Set("Retry-After", "1")
+			writeError(w, &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error",
+				message: fmt.Sprintf("replica %s is full: %d running, %d waiting", s.cfg.Name, s.cfg.MaxRunning, s.cfg.MaxWaiting)})
+			return
+		}
+		s.metrics.finished.WithLabelValues(finishAbort).Inc()
+		return // gone while queued
+	}
+	defer s.sched.release(blocks)
+
+	var hashes []uint64
+	if s.cfg.KVCacheBlocks > 0 {
+		hashes = blockHashes(req.prompt, s.cfg.BlockChars)
+	}
+	j.cachedTokens = min(s.cache.match(hashes)*s.cfg.BlockChars/4, j.promptTokens)
+	s.prefixQueries.Add(int64(j.promptTokens))
+	s.prefixHits.Add(int64(j.cachedTokens))
+	s.metrics.prefixQueries.Add(float64(j.promptTokens))
+	s.metrics.prefixHits.Add(float64(j.cachedTokens))
+
+	if err := s.clock.Sleep(ctx, s.prefillDelay(j)); err != nil {
+		s.metrics.finished.WithLabelValues(finishAbort).Inc()
+		return
+	}
+	s.cache.insert(hashes)
+	s.metrics.promptTokens.Add(float64(j.promptTokens))
+	s.metrics.ttft.Observe(s.clock.Now().Sub(j.arrival).Seconds())
+
+	w.Header().Set(HeaderCachedTokens, strconv.Itoa(j.cachedTokens))
+	var sent int
+	if req.stream {
+		sent, err = s.stream(ctx, w, j, d.cut)
+	} else {
+		sent, err = s.respond(ctx, w, j)
+	}
+	s.metrics.generationTokens.Add(float64(sent))
+	if err != nil {
+		s.metrics.finished.WithLabelValues(finishAbort).Inc()
+		s.log.Debug("request aborted", "replica", s.cfg.Name, "id", j.id, "tokens_sent", sent, "error", err)
+		return
+	}
+	s.metrics.finished.WithLabelValues(j.finish).Inc()
+	s.metrics.e2e.Observe(s.clock.Now().Sub(j.arrival).Seconds())
+	s.log.Debug("request done", "replica", s.cfg.Name, "id", j.id, "stream", req.stream,
+		"prompt_tokens", j.promptTokens, "cached_tokens", j.cachedTokens, "output_tokens", j.outTokens)
+}
+
+func (s *Server) prefillDelay(j *job) time.Duration {
+	return scale(s.cfg.PrefillDelay(j.promptTokens, j.cachedTokens), j.speed)
+}
+
+func idKind(kind endpoint) string {
+	if kind == chatEndpoint {
+		return "chatcmpl"
+	}
+	return "cmpl"
+}
+
+// respond waits for the whole answer and writes it as one JSON object. It
+// returns the tokens sent (all or none).
+func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job) (int, error) {
+	if err := s.clock.Sleep(ctx, scale(s.cfg.DecodePerToken*time.Duration(j.outTokens-1), j.speed)); err != nil {
+		return 0, err
+	}
+	text := GeneratedText(j.req.prompt, j.outTokens)
+	u := j.usage()
+	if j.req.kind == chatEndpoint {
+		writeJSON(w, http.StatusOK, chatCompletion{
+			ID: j.id, Object: "chat.completion", Created: j.created, Model: j.req.model,
+			Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: text}, FinishReason: j.finish}},
+			Usage:   u,
+		})
+	} else {
+		writeJSON(w, http.StatusOK, textCompletion{
+			ID: j.id, Object: "text_completion", Created: j.created, Model: j.req.model,
+			Choices: []textChoice{{Index: 0, Text: text, FinishReason: &j.finish}},
+			Usage:   &u,
+		})
+	}
+	return j.outTokens, nil
+}
+
+// stream sends one SSE event per token, each flushed on its own, then the
+// usage chunk if asked for, then [DONE]. With cut set it aborts the
+// connection after CloseAfterChunks token events (panicking with
+// http.ErrAbortHandler, which net/http turns into an abrupt close and
+// which the deferred slot release survives). It returns the tokens sent.
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, cut bool) (int, error) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	cutAt := -1
+	if cut {
+		cutAt = min(s.cfg.CloseAfterChunks, j.outTokens)
+	}
+	abort := func(sent int) {
+		rc.Flush()
+		s.metrics.finished.WithLabelValues(finishAbort).Inc()
+		s.metrics.generationTokens.Add(float64(sent))
+		s.log.Debug("cutting stream (close_mid_stream_rate)", "replica", s.cfg.Name, "id", j.id, "tokens_sent", sent)
+		panic(http.ErrAbortHandler)
+	}
+	step := scale(s.cfg.DecodePerToken, j.speed)
+	buf := make([]byte, 0, 512)
+	for i := range j.outTokens {
+		if i == cutAt {
+			abort(i)
+		}
+		if i > 0 {
+			if err := s.clock.Sleep(ctx, step); err != nil {
+				return i, err
+			}
+		}
+		var finish *string
+		if i == j.outTokens-1 {
+			finish = &j.finish
+		}
+		buf = appendEvent(buf[:0], s.chunk(j, i, finish))
+		if _, err := w.Write(buf); err != nil {
+			return i, fmt.Errorf("write chunk: %w", err)
+		}
+		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return i, fmt.Errorf("flush chunk: %w", err)
+		}
+	}
+	if cutAt == j.outTokens {
+		abort(j.outTokens)
+	}
+	buf = buf[:0]
+	if j.req.includeUsage {
+		u := j.usage()
+		if j.req.kind == chatEndpoint {
+			buf = appendEvent(buf, chatChunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created,
+				Model: j.req.model, Choices: []chunkChoice{}, Usage: &u})
+		} else {
+			buf = appendEvent(buf, textCompletion{ID: j.id, Object: "text_completion", Created: j.created,
+				Model: j.req.model, Choices: []textChoice{}, Usage: &u})
+		}
+	}
+	buf = append(buf, "data: [DONE]\n\n"...)
+	if _, err := w.Write(buf); err != nil {
+		return j.outTokens, fmt.Errorf("write end of stream: %w", err)
+	}
+	rc.Flush()
+	return j.outTokens, nil
+}
+
+// chunk is the stream event of token i. The first chat chunk carries the
+// assistant role; the last carries the finish reason.
+func (s *Server) chunk(j *job, i int, finish *string) any {
+	text := tokenText(j.hash, i)
+	if j.req.kind == chatEndpoint {
+		d := delta{Content: text}
+		if i == 0 {
+			d.Role = "assistant"
+		}
+		return chatChunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: j.req.model,
+			Choices: []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}}}
+	}
+	return textCompletion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.req.model,
+		Choices: []textChoice{{Index: 0, Text: text, FinishReason: finish}}}
+}
+
+func appendEvent(buf []byte, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("sim: marshal chunk: %v", err))
+	}
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	return append(buf, "\n\n"...)
+}

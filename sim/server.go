@@ -1,0 +1,226 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Response headers set by the simulator.
+const (
+	// HeaderReplica names the replica (Config.Name) on every response.
+	HeaderReplica = "x-mockllm-replica"
+	// HeaderCachedTokens is the number of prompt tokens served from the
+	// prefix cache, on successful generation responses.
+	HeaderCachedTokens = "x-mockllm-cached-tokens"
+)
+
+// maxBodyBytes bounds a request body; larger ones get 413.
+const maxBodyBytes = 8 << 20
+
+// Server is one simulated replica. It is an http.Handler; Serve runs it on
+// a listener.
+type Server struct {
+	cfg          Config
+	clock        Clock
+	log          *slog.Logger
+	drainTimeout time.Duration
+
+	sched   *scheduler
+	cache   *prefixCache
+	metrics *metrics
+	promh   http.Handler
+	created int64 // unix seconds, for /v1/models
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	idPrefix      string
+	ids           atomic.Uint64
+	prefixQueries atomic.Int64
+	prefixHits    atomic.Int64
+
+	closed context.Context // done after Close
+	close  context.CancelFunc
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// Option configures a Server beyond its Config.
+type Option func(*Server)
+
+// WithClock sets the time source of every simulated delay. Default: the
+// wall clock.
+func WithClock(c Clock) Option { return func(s *Server) { s.clock = c } }
+
+// WithLogger sets the logger. Default: discard. Prompts are never logged.
+func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// WithDrainTimeout sets how long Serve waits for in-flight requests after
+// its context ends before cutting them. Default: 5 s.
+func WithDrainTimeout(d time.Duration) Option { return func(s *Server) { s.drainTimeout = d } }
+
+// New validates cfg and builds a Server with its own Prometheus registry.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:          cfg,
+		clock:        realClock{},
+		log:          slog.New(slog.DiscardHandler),
+		drainTimeout: 5 * time.Second,
+		sched:        newScheduler(cfg.MaxRunning, cfg.MaxWaiting),
+		cache:        newPrefixCache(cfg.KVCacheBlocks),
+		rng:          rand.New(rand.NewPCG(cfg.Seed, 0x6d6f636b6c6c6d)),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.created = s.clock.Now().Unix()
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", cfg.Name, cfg.Seed)
+	s.idPrefix = fmt.Sprintf("%08x", h.Sum32())
+	s.closed, s.close = context.WithCancel(context.Background())
+	reg := prometheus.NewRegistry()
+	s.metrics = newMetrics(reg, s)
+	s.promh = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return s, nil
+}
+
+// Config returns the configuration the server was built with.
+func (s *Server) Config() Config { return s.cfg }
+
+// Stats is a snapshot of a server's state, the same numbers /metrics shows.
+type Stats struct {
+	Running int // requests holding a batch slot
+	Waiting int // requests queued for a slot
+	// KVCacheUsage is the fraction of Config.KVCacheBlocks reserved by
+	// running requests, in [0, 1]. A running request reserves
+	// ceil((prompt bytes + 4*output tokens) / BlockChars) blocks for its
+	// whole run, as if its output were allocated up front. It is capped at
+	// 1: the simulator queues on slots only, never on KV space, so prompts
+	// larger than the cache still run. 0 when KVCacheBlocks is 0.
+	KVCacheUsage float64
+	// CachedBlocks is the occupancy of the prefix-cache LRU.
+	CachedBlocks int
+	// PrefixQueryTokens and PrefixHitTokens count prompt tokens looked up
+	// in and found in the prefix cache (vLLM's prefix_cache_queries/hits).
+	PrefixQueryTokens int64
+	PrefixHitTokens   int64
+}
+
+// Stats returns a snapshot of the server's state.
+func (s *Server) Stats() Stats {
+	running, waiting, kvUsed := s.sched.state()
+	st := Stats{
+		Running:           running,
+		Waiting:           waiting,
+		CachedBlocks:      s.cache.len(),
+		PrefixQueryTokens: s.prefixQueries.Load(),
+		PrefixHitTokens:   s.prefixHits.Load(),
+	}
+	if s.cfg.KVCacheBlocks > 0 {
+		st.KVCacheUsage = min(1, float64(kvUsed)/float64(s.cfg.KVCacheBlocks))
+	}
+	return st
+}
+
+// ServeHTTP routes the simulator's endpoints. Unknown paths get 404 and
+// known paths with the wrong method 405, both as OpenAI-shaped JSON.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(HeaderReplica, s.cfg.Name)
+	var method string
+	var handle func(http.ResponseWriter, *http.Request)
+	switch r.URL.Path {
+	case "/v1/chat/completions":
+		method, handle = http.MethodPost, s.handleChat
+	case "/v1/completions":
+		method, handle = http.MethodPost, s.handleCompletion
+	case "/v1/models":
+		method, handle = http.MethodGet, s.handleModels
+	case "/health":
+		method, handle = http.MethodGet, s.handleHealth
+	case "/metrics":
+		method, handle = http.MethodGet, s.promh.ServeHTTP
+	default:
+		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error",
+			message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
+		return
+	}
+	if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+		w.Header().Set("Allow", method)
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
+			message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, method)})
+		return
+	}
+	handle(w, r)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if s.closed.Err() != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("closed"))
+		return
+	}
+	w.Write([]byte("ok"))
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{
+		{ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "mockllm"},
+	}})
+}
+
+// Serve serves s on ln until ctx ends, then shuts down gracefully: it stops
+// accepting, waits up to the drain timeout for in-flight requests, and cuts
+// those still running after it (see Close). It returns once the listener
+// and every connection are closed; the error is nil after a shutdown.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	drainCtx, cancel := context.WithTimeout(context.Background(), s.drainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(drainCtx); err != nil {
+		st := s.Stats()
+		s.log.Warn("drain timed out, cutting in-flight requests",
+			"replica", s.cfg.Name, "running", st.Running, "waiting", st.Waiting, "drain_timeout", s.drainTimeout)
+		s.Close()
+		hs.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// Close makes the server refuse new generation requests (503) and report
+// unhealthy, and cuts in-flight ones at their next delay. It does not wait
+// for handlers: their goroutines belong to the http.Server running s.
+// Close is idempotent and always returns nil.
+func (s *Server) Close() error {
+	s.close()
+	return nil
+}
