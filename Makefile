@@ -1,0 +1,65 @@
+# Triage — one entry point for setup, build, run, test and benchmarks.
+# Every target that needs artifacts depends on `setup`, which is idempotent
+# and cached in .deps/ (see scripts/setup.sh).
+
+SHELL := /bin/bash
+ROOT  := $(abspath .)
+DEPS  := $(ROOT)/.deps
+VENV  := $(DEPS)/venv
+# daulet/tokenizers links libtokenizers.a; onnxruntime_go dlopens the .so by path.
+export CGO_ENABLED := 1
+export CGO_LDFLAGS := -L$(DEPS)/tokenizers
+GO    ?= go
+ARGS  ?=
+
+.PHONY: all setup build run test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
+
+all: build
+
+help:
+	@echo "make run    — set up, build and run the gateway with built-in simulated pools on 127.0.0.1:8080"
+	@echo "make test   — set up and run the whole test suite (Go with -race, notebook, Python client tests)"
+	@echo "make setup  — install ONNX Runtime, libtokenizers, encoders and the Python venv into .deps/"
+	@echo "make build  — build bin/triage, bin/mockllm, bin/triage-bench"
+	@echo "make bench  — classifier and gateway benchmarks (numbers quoted in README.md)"
+	@echo "make train  — re-run the notebook and overwrite models/ (commit the result)"
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	$(GO) build -o bin/ ./cmd/...
+
+run: build
+	bin/triage $(ARGS)
+
+test: setup test-go test-notebook test-python
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Re-trains from scratch into a scratch folder and checks that the committed
+# models/ is what the notebook produces (same head, same metrics).
+test-notebook:
+	rm -rf $(DEPS)/ci-models
+	cd train && TRIAGE_EXPORT_DIR=$(DEPS)/ci-models $(VENV)/bin/jupyter nbconvert --to notebook --execute \
+	  --ExecutePreprocessor.timeout=3600 --output-dir=$(DEPS)/ci-models --output classifier.executed.ipynb classifier.ipynb
+	$(VENV)/bin/python scripts/compare_models.py models $(DEPS)/ci-models
+
+test-python: build
+	$(VENV)/bin/python -m pytest -q tests/
+
+bench: bench-classifier bench-gateway
+
+bench-classifier: setup
+	$(GO) test -run '^$$' -bench Classify -benchtime 3s -timeout 30m ./classifier/
+
+bench-gateway: build
+	bin/triage-bench $(ARGS)
+
+train: setup
+	cd train && $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=3600 classifier.ipynb
+
+clean:
+	rm -rf bin

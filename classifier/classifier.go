@@ -1,0 +1,417 @@
+package classifier
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/daulet/tokenizers"
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// Input errors. Classify rejects the whole call when any text is invalid,
+// so the caller can answer 400 naming the text.
+var (
+	ErrEmptyText   = errors.New("text is empty")
+	ErrInvalidUTF8 = errors.New("text is not valid UTF-8")
+	ErrClosed      = errors.New("classifier is closed")
+)
+
+// TextError says which text of a Classify call was rejected.
+type TextError struct {
+	Index int
+	Err   error
+}
+
+func (e *TextError) Error() string { return fmt.Sprintf("texts[%d]: %v", e.Index, e.Err) }
+func (e *TextError) Unwrap() error { return e.Err }
+
+// Classifier turns texts into P(slow). It is safe for concurrent use: the
+// tokenizer and both ONNX sessions are shared read-only; Close waits for
+// running calls to finish.
+type Classifier struct {
+	manifest *Manifest
+	cfg      Config
+	tok      *tokenizers.Tokenizer
+	encoder  *ort.DynamicAdvancedSession
+	head     *ort.DynamicAdvancedSession
+	sepID    uint32
+	featDim  int
+	hasCtx   bool
+
+	mu     sync.RWMutex // held for reading by Classify, for writing by Close
+	closed bool
+}
+
+// New loads the manifest from cfg.ModelDir, then the tokenizer and encoder
+// from cfg.EncoderDir and the head, checking files and tensor shapes. Every
+// failure names the file and what was wrong.
+func New(cfg Config) (*Classifier, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := LoadManifest(cfg.ModelDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := initRuntime(cfg.ORTLibrary); err != nil {
+		return nil, err
+	}
+	c := &Classifier{manifest: m, cfg: cfg, featDim: m.featureDim(), hasCtx: slices.Contains(m.Head.Features, featureHasContext)}
+	ok := false
+	defer func() {
+		if !ok {
+			c.free()
+		}
+	}()
+	if err := c.loadTokenizer(); err != nil {
+		return nil, err
+	}
+	if err := c.loadEncoder(); err != nil {
+		return nil, err
+	}
+	if err := c.loadHead(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return c, nil
+}
+
+func (c *Classifier) loadTokenizer() error {
+	m := c.manifest
+	path := filepath.Join(c.cfg.EncoderDir, m.Encoder.TokenizerFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("tokenizer: %w (run scripts/setup.sh encoders)", err)
+	}
+	if c.cfg.VerifyEncoder {
+		if got := sha256Hex(raw); got != m.Encoder.TokenizerSHA256 {
+			return fmt.Errorf("tokenizer %s: sha256 %s does not match the manifest's %s", path, got, m.Encoder.TokenizerSHA256)
+		}
+	}
+	// The packaged tokenizer.json pads to 128 and truncates at 128; the model
+	// was trained with no padding and truncation at max_tokens (set below),
+	// exactly as the notebook configures the Python tokenizer.
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return fmt.Errorf("tokenizer %s: invalid JSON: %w", path, err)
+	}
+	doc["padding"] = json.RawMessage("null")
+	doc["truncation"] = json.RawMessage("null")
+	raw, err = json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("tokenizer %s: %w", path, err)
+	}
+	tok, err := tokenizers.FromBytesWithTruncation(raw, uint32(m.Encoder.MaxTokens), tokenizers.TruncationDirectionRight)
+	if err != nil {
+		return fmt.Errorf("tokenizer %s: %w", path, err)
+	}
+	c.tok = tok
+	ids, _ := tok.Encode("[SEP]", false)
+	if len(ids) != 1 {
+		return fmt.Errorf("tokenizer %s: no [SEP] special token", path)
+	}
+	c.sepID = ids[0]
+	return nil
+}
+
+func (c *Classifier) sessionOptions() (*ort.SessionOptions, error) {
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, err
+	}
+	if err := opts.SetIntraOpNumThreads(c.cfg.IntraOpThreads); err != nil {
+		opts.Destroy()
+		return nil, err
+	}
+	if err := opts.SetInterOpNumThreads(c.cfg.InterOpThreads); err != nil {
+		opts.Destroy()
+		return nil, err
+	}
+	return opts, nil
+}
+
+func (c *Classifier) loadEncoder() error {
+	m := c.manifest
+	path := filepath.Join(c.cfg.EncoderDir, m.Encoder.File)
+	if c.cfg.VerifyEncoder {
+		got, err := sha256File(path)
+		if err != nil {
+			return fmt.Errorf("encoder: %w (run scripts/setup.sh encoders)", err)
+		}
+		if got != m.Encoder.SHA256 {
+			return fmt.Errorf("encoder %s: sha256 %s does not match the manifest's %s (wrong or corrupt file)", path, got, m.Encoder.SHA256)
+		}
+	}
+	ins, outs, err := ort.GetInputOutputInfo(path)
+	if err != nil {
+		return fmt.Errorf("encoder %s: %w", path, err)
+	}
+	for _, want := range []string{"input_ids", "attention_mask", "token_type_ids"} {
+		i := slices.IndexFunc(ins, func(x ort.InputOutputInfo) bool { return x.Name == want })
+		if i < 0 {
+			return fmt.Errorf("encoder %s: no input %q (inputs: %v)", path, want, ins)
+		}
+		if ins[i].DataType != ort.TensorElementDataTypeInt64 || len(ins[i].Dimensions) != 2 {
+			return fmt.Errorf("encoder %s: input %s is %s, want int64 [batch, seq]", path, want, ins[i].String())
+		}
+	}
+	o := slices.IndexFunc(outs, func(x ort.InputOutputInfo) bool { return x.Name == m.Encoder.Output })
+	if o < 0 {
+		return fmt.Errorf("encoder %s: no output %q (outputs: %v)", path, m.Encoder.Output, outs)
+	}
+	d := outs[o].Dimensions
+	if outs[o].DataType != ort.TensorElementDataTypeFloat || len(d) != 3 || d[2] != int64(m.Encoder.Dim) {
+		return fmt.Errorf("encoder %s: output %s, want float [batch, seq, %d]", path, outs[o].String(), m.Encoder.Dim)
+	}
+	opts, err := c.sessionOptions()
+	if err != nil {
+		return fmt.Errorf("encoder session options: %w", err)
+	}
+	defer opts.Destroy()
+	c.encoder, err = ort.NewDynamicAdvancedSession(path, []string{"input_ids", "attention_mask", "token_type_ids"},
+		[]string{m.Encoder.Output}, opts)
+	if err != nil {
+		return fmt.Errorf("encoder %s: %w", path, err)
+	}
+	return nil
+}
+
+func (c *Classifier) loadHead() error {
+	m := c.manifest
+	path := filepath.Join(c.cfg.ModelDir, m.Head.File)
+	got, err := sha256File(path)
+	if err != nil {
+		return fmt.Errorf("head: %w", err)
+	}
+	if got != m.Head.SHA256 {
+		return fmt.Errorf("head %s: sha256 %s does not match the manifest's %s", path, got, m.Head.SHA256)
+	}
+	ins, outs, err := ort.GetInputOutputInfo(path)
+	if err != nil {
+		return fmt.Errorf("head %s: %w", path, err)
+	}
+	if len(ins) != 1 || ins[0].Name != m.Head.Input || len(ins[0].Dimensions) != 2 ||
+		ins[0].Dimensions[1] != int64(c.featDim) || ins[0].DataType != ort.TensorElementDataTypeFloat {
+		return fmt.Errorf("head %s: inputs %v, want one float [batch, %d] named %q", path, ins, c.featDim, m.Head.Input)
+	}
+	if len(outs) != 1 || outs[0].Name != m.Head.Output || len(outs[0].Dimensions) != 1 {
+		return fmt.Errorf("head %s: outputs %v, want one float [batch] named %q", path, outs, m.Head.Output)
+	}
+	opts, err := c.sessionOptions()
+	if err != nil {
+		return fmt.Errorf("head session options: %w", err)
+	}
+	defer opts.Destroy()
+	c.head, err = ort.NewDynamicAdvancedSession(path, []string{m.Head.Input}, []string{m.Head.Output}, opts)
+	if err != nil {
+		return fmt.Errorf("head %s: %w", path, err)
+	}
+	return nil
+}
+
+// Version is the manifest's model version; cache keys include it.
+func (c *Classifier) Version() string { return c.manifest.Version }
+
+// Manifest returns the loaded manifest (read-only).
+func (c *Classifier) Manifest() *Manifest { return c.manifest }
+
+// Classify returns one Result per text, in order. Texts longer than the
+// encoder's max_tokens word pieces are truncated on the right, as in
+// training. Texts are grouped by token count so a long text does not pad
+// a batch of short ones; each group is one encoder call, and the head runs
+// once for the whole call.
+func (c *Classifier) Classify(ctx context.Context, texts []string) ([]Result, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if len(texts) == 0 {
+		return nil, nil
+	}
+	ids := make([][]uint32, len(texts))
+	for i, t := range texts {
+		if !utf8.ValidString(t) {
+			return nil, &TextError{Index: i, Err: ErrInvalidUTF8}
+		}
+		// C strings end at NUL; BERT's normaliser drops NUL anyway, so
+		// removing it keeps Go and Python identical.
+		t = strings.ReplaceAll(t, "\x00", "")
+		if strings.TrimSpace(t) == "" {
+			return nil, &TextError{Index: i, Err: ErrEmptyText}
+		}
+		ids[i], _ = c.tok.Encode(t, true)
+		if len(ids[i]) == 0 {
+			return nil, &TextError{Index: i, Err: errors.New("tokenizer produced no tokens")}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	lens := make([]int, len(texts))
+	order := make([]int, len(texts))
+	for i := range ids {
+		lens[i], order[i] = len(ids[i]), i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return lens[a] - lens[b] })
+
+	dim := c.manifest.Encoder.Dim
+	feats := make([]float32, len(texts)*c.featDim)
+	for _, g := range groupByLength(order, lens, c.cfg.MaxPadWaste, c.cfg.MaxGroupTokens) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := c.encodeGroup(g, ids, feats, dim); err != nil {
+			return nil, err
+		}
+	}
+	p, err := c.runHead(feats, len(texts))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Result, len(texts))
+	for i := range out {
+		out[i] = Result{PSlow: p[i], Tokens: lens[i]}
+		if float64(p[i]) > c.manifest.LabelThreshold {
+			out[i].Label = SlowLabel
+		}
+	}
+	return out, nil
+}
+
+// encodeGroup runs the encoder on one length group and writes each text's
+// features into feats.
+func (c *Classifier) encodeGroup(g group, ids [][]uint32, feats []float32, dim int) error {
+	n, L := len(g.idx), g.maxLen
+	inputIDs := make([]int64, n*L)
+	mask := make([]int64, n*L)
+	for r, k := range g.idx {
+		for t, id := range ids[k] {
+			inputIDs[r*L+t] = int64(id)
+			mask[r*L+t] = 1
+		}
+	}
+	shape := ort.NewShape(int64(n), int64(L))
+	tIDs, err := ort.NewTensor(shape, inputIDs)
+	if err != nil {
+		return fmt.Errorf("encoder input: %w", err)
+	}
+	defer tIDs.Destroy()
+	tMask, err := ort.NewTensor(shape, mask)
+	if err != nil {
+		return fmt.Errorf("encoder input: %w", err)
+	}
+	defer tMask.Destroy()
+	tTypes, err := ort.NewEmptyTensor[int64](shape) // zeros: single-segment input
+	if err != nil {
+		return fmt.Errorf("encoder input: %w", err)
+	}
+	defer tTypes.Destroy()
+	hidden, err := ort.NewEmptyTensor[float32](ort.NewShape(int64(n), int64(L), int64(dim)))
+	if err != nil {
+		return fmt.Errorf("encoder output: %w", err)
+	}
+	defer hidden.Destroy()
+	if err := c.encoder.Run([]ort.Value{tIDs, tMask, tTypes}, []ort.Value{hidden}); err != nil {
+		return fmt.Errorf("encoder run (batch %d × %d tokens): %w", n, L, err)
+	}
+	h := hidden.GetData()
+	for r, k := range g.idx {
+		f := feats[k*c.featDim : (k+1)*c.featDim]
+		meanPoolL2(f[:dim], h[r*L*dim:(r+1)*L*dim], len(ids[k]), dim)
+		if c.hasCtx {
+			f[dim] = hasContext(ids[k], c.sepID)
+		}
+	}
+	return nil
+}
+
+// hasContext is 1 when the tokens hold the instruction/context separator,
+// i.e. more [SEP] tokens than the final one.
+func hasContext(ids []uint32, sep uint32) float32 {
+	n := 0
+	for _, id := range ids {
+		if id == sep {
+			n++
+		}
+	}
+	if n > 1 {
+		return 1
+	}
+	return 0
+}
+
+func (c *Classifier) runHead(feats []float32, n int) ([]float32, error) {
+	in, err := ort.NewTensor(ort.NewShape(int64(n), int64(c.featDim)), feats)
+	if err != nil {
+		return nil, fmt.Errorf("head input: %w", err)
+	}
+	defer in.Destroy()
+	out, err := ort.NewEmptyTensor[float32](ort.NewShape(int64(n)))
+	if err != nil {
+		return nil, fmt.Errorf("head output: %w", err)
+	}
+	defer out.Destroy()
+	if err := c.head.Run([]ort.Value{in}, []ort.Value{out}); err != nil {
+		return nil, fmt.Errorf("head run: %w", err)
+	}
+	return slices.Clone(out.GetData()), nil
+}
+
+// Close waits for running Classify calls, then frees the sessions and the
+// tokenizer. Later calls get ErrClosed. Close is idempotent.
+func (c *Classifier) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	return c.free()
+}
+
+func (c *Classifier) free() error {
+	var errs []error
+	if c.encoder != nil {
+		errs = append(errs, c.encoder.Destroy())
+		c.encoder = nil
+	}
+	if c.head != nil {
+		errs = append(errs, c.head.Destroy())
+		c.head = nil
+	}
+	if c.tok != nil {
+		errs = append(errs, c.tok.Close())
+		c.tok = nil
+	}
+	return errors.Join(errs...)
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func sha256File(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,76 @@
+package classifier
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Config locates the model files and sizes the ONNX Runtime session.
+type Config struct {
+	// ModelDir holds manifest.json and the head named in it (models/ in the
+	// repository; models/int8 for the int8 variant).
+	ModelDir string `yaml:"model_dir"`
+	// EncoderDir holds model.onnx and tokenizer.json of the encoder the
+	// manifest names; scripts/setup.sh fills .deps/encoders/<name>.
+	EncoderDir string `yaml:"encoder_dir"`
+	// ORTLibrary is the ONNX Runtime shared library (1.24.x).
+	ORTLibrary string `yaml:"onnxruntime_lib"`
+	// IntraOpThreads is the encoder session's intra-op thread count.
+	// One caller with 2 threads beats two callers with 1 on a 2-core machine.
+	IntraOpThreads int `yaml:"intra_op_threads"`
+	// InterOpThreads is the session's inter-op thread count.
+	InterOpThreads int `yaml:"inter_op_threads"`
+	// MaxPadWaste bounds padding inside one encoder call: texts are sorted by
+	// token count and a group closes when its padded size would exceed
+	// (1 + MaxPadWaste) × its real tokens.
+	MaxPadWaste float64 `yaml:"max_pad_waste"`
+	// MaxGroupTokens caps the padded tokens of one encoder call (throughput
+	// peaks at about 512–2,048 tokens per call on a 2-core machine).
+	MaxGroupTokens int `yaml:"max_group_tokens"`
+	// VerifyEncoder checks the encoder and tokenizer files against the
+	// manifest's sha256 at load (about 0.3 s for the fp32 encoder).
+	VerifyEncoder bool `yaml:"verify_encoder"`
+}
+
+// DefaultConfig returns the configuration used when nothing is set: the
+// fp32 MiniLM-L6-v2 encoder and the committed head, paths relative to the
+// repository root.
+func DefaultConfig() Config {
+	return Config{
+		ModelDir:       "models",
+		EncoderDir:     ".deps/encoders/all-minilm-l6-v2",
+		ORTLibrary:     ".deps/onnxruntime/libonnxruntime.so",
+		IntraOpThreads: 2,
+		InterOpThreads: 1,
+		MaxPadWaste:    0.25,
+		MaxGroupTokens: 4096,
+		VerifyEncoder:  true,
+	}
+}
+
+// Validate reports every invalid field, each named by its YAML key.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ModelDir == "" {
+		errs = append(errs, errors.New("classifier.model_dir: must not be empty"))
+	}
+	if c.EncoderDir == "" {
+		errs = append(errs, errors.New("classifier.encoder_dir: must not be empty"))
+	}
+	if c.ORTLibrary == "" {
+		errs = append(errs, errors.New("classifier.onnxruntime_lib: must not be empty"))
+	}
+	if c.IntraOpThreads < 1 || c.IntraOpThreads > 256 {
+		errs = append(errs, fmt.Errorf("classifier.intra_op_threads: must be in [1, 256], got %d", c.IntraOpThreads))
+	}
+	if c.InterOpThreads < 1 || c.InterOpThreads > 256 {
+		errs = append(errs, fmt.Errorf("classifier.inter_op_threads: must be in [1, 256], got %d", c.InterOpThreads))
+	}
+	if c.MaxPadWaste < 0 || c.MaxPadWaste > 100 {
+		errs = append(errs, fmt.Errorf("classifier.max_pad_waste: must be in [0, 100], got %g", c.MaxPadWaste))
+	}
+	if c.MaxGroupTokens < 256 {
+		errs = append(errs, fmt.Errorf("classifier.max_group_tokens: must be >= 256 (one full-length text), got %d", c.MaxGroupTokens))
+	}
+	return errors.Join(errs...)
+}
