@@ -59,7 +59,7 @@ func BenchmarkClassify(b *testing.B) {
 		for _, grouped := range []bool{true, false} {
 			cfg := testConfig(b, dir)
 			if !grouped {
-				cfg.MaxPadWaste, cfg.MaxGroupTokens = 1e6, 1<<30
+				cfg.MaxPadWaste, cfg.MaxGroupTokens = 100, 1<<30 // 100× waste never splits 32 texts of ≤256 tokens
 			}
 			c, err := New(cfg)
 			if err != nil {
@@ -121,4 +121,22 @@ func runClassifyBench(b *testing.B, c *Classifier, texts []string, bs int) {
 	b.ReportMetric(float64(nTexts)/sec, "texts/s")
 	b.ReportMetric(float64(nTokens)/sec, "tokens/s")
 	b.ReportMetric(float64(nTokens)/float64(nTexts), "tokens/text")
+}
+
+// BenchmarkSpinning compares ONNX Runtime's busy-waiting intra-op threads
+// (Config.Spinning) with the default (off) at batch 1 and on the best shape.
+func BenchmarkSpinning(b *testing.B) {
+	texts := dollyTexts(b, 2048)
+	for _, spin := range []bool{false, true} {
+		cfg := testConfig(b, "")
+		cfg.Spinning = spin
+		c, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		uni := uniformTexts(b, c, texts[:512], 28, 36)
+		b.Run(fmt.Sprintf("spinning=%v/batch=1", spin), func(b *testing.B) { runClassifyBench(b, c, texts, 1) })
+		b.Run(fmt.Sprintf("spinning=%v/uniform32", spin), func(b *testing.B) { runClassifyBench(b, c, uni, 32) })
+		c.Close()
+	}
 }

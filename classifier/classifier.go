@@ -138,6 +138,16 @@ func (c *Classifier) sessionOptions() (*ort.SessionOptions, error) {
 		opts.Destroy()
 		return nil, err
 	}
+	spin := "0"
+	if c.cfg.Spinning {
+		spin = "1"
+	}
+	for _, k := range []string{"session.intra_op.allow_spinning", "session.inter_op.allow_spinning"} {
+		if err := opts.AddSessionConfigEntry(k, spin); err != nil {
+			opts.Destroy()
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+	}
 	return opts, nil
 }
 

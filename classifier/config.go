@@ -27,6 +27,11 @@ type Config struct {
 	// MaxGroupTokens caps the padded tokens of one encoder call (throughput
 	// peaks at about 512–2,048 tokens per call on a 2-core machine).
 	MaxGroupTokens int `yaml:"max_group_tokens"`
+	// Spinning lets ONNX Runtime's intra-op threads busy-wait between
+	// parallel sections. It helps a dedicated machine a little and hurts a
+	// shared one badly (the spinning threads take the cores the HTTP path
+	// and other processes need), so it is off by default.
+	Spinning bool `yaml:"spinning"`
 	// VerifyEncoder checks the encoder and tokenizer files against the
 	// manifest's sha256 at load (about 0.3 s for the fp32 encoder).
 	VerifyEncoder bool `yaml:"verify_encoder"`
