@@ -1,0 +1,153 @@
+"""The official OpenAI Python client, streaming and not, through the gateway.
+
+Checks content (mockllm's deterministic text), decision headers and the SSE
+terminator, and that killing a replica costs no request that had not started
+streaming.
+"""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2 as httpx  # the HTTP client the openai package itself uses
+import openai
+import pytest
+
+from conftest import Gateway, Mock
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
+         "kilo", "lima", "mike", "november", "oscar", "papa"]
+
+
+def fnv1a64(data: bytes) -> int:
+    h = 0xcbf29ce484222325
+    for b in data:
+        h ^= b
+        h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def expected_text(prompt: str, n: int) -> str:
+    """mockllm's generated text: word i is WORDS[(fnv1a64(prompt) + i) % 16]."""
+    h = fnv1a64(prompt.encode())
+    return " ".join(WORDS[(h + i) % 16] for i in range(n))
+
+
+def render(messages):
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+
+
+@pytest.fixture(scope="module")
+def client(stack):
+    gw, _ = stack
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+SLOW_PROMPT = "Write a short story about a lighthouse keeper who befriends a whale."
+FAST_PROMPT = "Classify each of these as a fruit or a vegetable: apple, carrot, banana, leek."
+
+
+@pytest.mark.parametrize("prompt,path,model", [(SLOW_PROMPT, "slow", "big-model"), (FAST_PROMPT, "fast", "small-model")])
+def test_chat_non_streaming(client, prompt, path, model):
+    messages = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": prompt}]
+    raw = client.chat.completions.with_raw_response.create(model="auto", messages=messages, max_tokens=7)
+    resp = raw.parse()
+    assert resp.choices[0].message.content == expected_text(render(messages), 7)
+    assert resp.choices[0].finish_reason == "length"
+    assert resp.model == model, "the gateway rewrites the model to the chosen pool's"
+    assert resp.usage.completion_tokens == 7
+    h = raw.headers
+    assert h["x-router-path"] == path
+    assert h["x-router-reason"] == ("slow_granted" if path == "slow" else "fast_model")
+    assert 0 <= float(h["x-router-p-slow"]) <= 1
+    assert float(h["x-router-threshold"]) >= 0.5
+    assert h["x-router-replica"].startswith(path + "-")
+    assert float(h["x-router-latency"]) >= 0
+    assert "inference" in h["server-timing"]
+
+
+def test_chat_streaming(client):
+    messages = [{"role": "user", "content": SLOW_PROMPT}]
+    stream = client.chat.completions.create(model="auto", messages=messages, max_tokens=9, stream=True,
+                                            stream_options={"include_usage": True})
+    parts, finish, usage = [], None, None
+    for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            if c.delta.content:
+                parts.append(c.delta.content)
+            finish = c.finish_reason or finish
+    assert "".join(parts) == expected_text(render(messages), 9)
+    assert len(parts) == 9, "one SSE event per token, passed through as they come"
+    assert finish == "length"
+    assert usage is not None and usage.completion_tokens == 9
+
+
+def test_stream_ends_with_done_and_carries_headers(stack):
+    gw, _ = stack
+    body = {"model": "x", "stream": True, "max_tokens": 4, "messages": [{"role": "user", "content": SLOW_PROMPT}]}
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["x-router-path"] == "slow"
+        events = [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    assert len(events) == 5
+    assert all(json.loads(e)["object"] == "chat.completion.chunk" for e in events[:-1])
+
+
+def test_completions(client):
+    prompt = "Summarize: The Nile is a major north-flowing river in northeastern Africa."
+    resp = client.completions.create(model="auto", prompt=prompt, max_tokens=5)
+    assert resp.choices[0].text == expected_text(prompt, 5)
+    text = "".join(c.choices[0].text for c in client.completions.create(model="auto", prompt=prompt, max_tokens=5, stream=True))
+    assert text == expected_text(prompt, 5)
+
+
+def test_models(client):
+    ids = {m.id for m in client.models.list().data}
+    assert {"small-model", "big-model"} <= ids
+
+
+def test_bad_requests_are_4xx_with_openai_errors(client, stack):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="auto", messages=[])
+    assert e.value.status_code == 400
+    gw, _ = stack
+    r = httpx.post(gw.url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "error" in r.json()
+
+
+def test_killed_replica_costs_no_unstarted_request():
+    """Kill one fast and one slow replica while requests run: every non-streaming
+    request (none has started streaming when its replica dies) still succeeds,
+    via the retry before the first byte and passive ejection."""
+    mocks = [Mock("k-fast-0", "fast", "--decode-per-token", "20ms", "--jitter", "0"),
+             Mock("k-fast-1", "fast", "--decode-per-token", "20ms", "--jitter", "0"),
+             Mock("k-slow-0", "slow", "--decode-per-token", "20ms", "--jitter", "0"),
+             Mock("k-slow-1", "slow", "--decode-per-token", "20ms", "--jitter", "0")]
+    gw = Gateway(mocks[:2], mocks[2:])
+    try:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        prompts = [SLOW_PROMPT, FAST_PROMPT] * 40
+
+        def call(i):
+            messages = [{"role": "user", "content": f"{prompts[i]} (#{i})"}]
+            r = client.chat.completions.create(model="auto", messages=messages, max_tokens=10)
+            return r.choices[0].message.content == expected_text(render(messages), 10)
+
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(call, i) for i in range(len(prompts))]
+            # Kill once the first requests are in flight.
+            futures[8].result()
+            mocks[0].kill()
+            mocks[2].kill()
+            results = [f.result() for f in futures]
+        assert all(results)
+        metrics = httpx.get(gw.url + "/metrics").text
+        retries = sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines()
+                      if l.startswith("triage_upstream_retries_total"))
+        assert retries >= 1, "the kill should have forced at least one retry on another replica"
+    finally:
+        gw.stop()
+        for m in mocks:
+            m.kill()
