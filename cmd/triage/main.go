@@ -1,0 +1,189 @@
+// Command triage is the gateway: it classifies each request's prompt, decides between the
+// fast and the slow pool under the current load, and proxies the request to a replica of the
+// chosen pool.
+//
+//	triage                               # built-in simulated pools on 127.0.0.1:8080
+//	triage --config triage.yaml --listen 0.0.0.0:8080
+//	triage --print-config                # the effective configuration, secrets redacted
+//
+// Configuration: defaults, then the YAML file (--config or TRIAGE_CONFIG), then TRIAGE_*
+// environment variables, then --listen. config/example.yaml documents every setting.
+// SIGHUP reloads the classifier model; SIGINT and SIGTERM shut down gracefully.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "triage:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses flags, loads the configuration and serves until ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("triage", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // usage is printed by us, on --help only
+	configPath := fs.String("config", "", "YAML config file (default: $TRIAGE_CONFIG, else built-in defaults)")
+	listen := fs.String("listen", config.DefaultServerConfig().Listen, "address to serve on; overrides server.listen")
+	printConfig := fs.Bool("print-config", false, "print the effective configuration as YAML (secrets redacted) and exit")
+	printExample := fs.Bool("print-example", false, "print the commented example configuration (every setting with its default) and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return nil
+		}
+		return fmt.Errorf("%w (see triage --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see triage --help)", fs.Arg(0))
+	}
+	if *printExample {
+		_, err := stdout.Write(config.Example)
+		return err
+	}
+	src := config.Sources{File: *configPath}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "listen" {
+			src.Listen = *listen
+		}
+	})
+	cfg, err := config.Load(src)
+	if err != nil {
+		return err
+	}
+	if *printConfig {
+		out, err := cfg.YAML()
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(out)
+		return err
+	}
+	return serve(ctx, cfg, newLogger(cfg.Log, stderr))
+}
+
+// serve builds the parts and runs them: the server (which owns the batcher, the pools, the
+// classifier and the built-in simulators, and stops them in order) and the SIGHUP reloader.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	var backends []server.Backend
+	if cfg.Pools.Builtin() {
+		b, err := server.ListenBuiltin(&cfg, log)
+		if err != nil {
+			return err
+		}
+		defer b.Close() // listeners are closed by Run; this covers a failed New
+		backends = append(backends, b)
+		log.Info("no pools configured: using the built-in simulated pools",
+			"fast_replicas", len(cfg.Pools.Fast.Replicas), "slow_replicas", len(cfg.Pools.Slow.Replicas))
+	}
+	srv, err := server.New(cfg, server.Options{
+		Load:     func() (server.Model, error) { return loadClassifier(cfg.Classifier) },
+		Logger:   log,
+		Registry: prometheus.NewRegistry(),
+		Backends: backends,
+	})
+	if err != nil {
+		return err
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-hup:
+				log.Info("SIGHUP: reloading the classifier model")
+				_, _ = srv.Reload(gctx) // a refused model is logged by Reload; the old one keeps serving
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// loadClassifier builds the real model; a failed load must not yield a typed nil.
+func loadClassifier(cfg classifier.Config) (server.Model, error) {
+	c, err := classifier.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func newLogger(cfg config.LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage: triage [flags]
+
+Triage classifies each request's prompt (fast or slow), decides under the current slow-pool
+load, and proxies it to a replica of the chosen pool. With no configuration it starts
+built-in simulated fast and slow pools, so 'triage' alone shows the whole system.
+
+Flags:
+`)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, `
+Configuration is loaded in this order, later sources winning:
+  1. built-in defaults
+  2. the YAML file given by --config (or the %s environment variable);
+     unknown keys are errors; see config/example.yaml or 'triage --print-example'
+  3. environment variables %s<PATH>: the setting's YAML path with dots as underscores,
+     upper-cased (decision.alpha -> TRIAGE_DECISION_ALPHA); scalar settings only,
+     an unknown %s variable is an error
+  4. --listen
+Durations are strings like "50ms" or "1m30s". 'triage --print-config' shows the result.
+
+Signals: SIGHUP reloads the classifier model; SIGINT/SIGTERM shut down gracefully.
+
+Settings (environment variable = default):
+`, config.EnvConfigFile, config.EnvPrefix, config.EnvPrefix)
+	width := 0
+	vars := config.EnvVars()
+	for _, v := range vars {
+		width = max(width, len(v.Name))
+	}
+	for _, v := range vars {
+		def := v.Default
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(w, "  %-*s = %s\n", width, v.Name, strings.ReplaceAll(def, "\n", " "))
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/triage-gw/triage/config"
+)
+
+func runArgs(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, &out, &errOut)
+	return out.String(), err
+}
+
+func TestHelpDocumentsFlagsEnvRuleAndEverySetting(t *testing.T) {
+	out, err := runArgs(t, "--help")
+	require.NoError(t, err)
+	for _, want := range []string{"-config", "-listen", "127.0.0.1:8080", "-print-config", "config/example.yaml", "TRIAGE_CONFIG", "TRIAGE_DECISION_ALPHA"} {
+		require.Contains(t, out, want)
+	}
+	for _, v := range config.EnvVars() {
+		require.Contains(t, out, v.Name)
+	}
+}
+
+func TestPrintConfigAppliesFileEnvAndFlag(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("decision:\n  alpha: 0.2\nadmin:\n  token: a-very-secret-admin-token\n"), 0o600))
+	t.Setenv("TRIAGE_BATCHER_MAX_BATCH", "16")
+	out, err := runArgs(t, "--config", path, "--listen", "0.0.0.0:9999", "--print-config")
+	require.NoError(t, err)
+	require.NotContains(t, out, "very-secret")
+	var cfg map[string]map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(out), &cfg))
+	require.Equal(t, 0.2, cfg["decision"]["alpha"])
+	require.Equal(t, 16, cfg["batcher"]["max_batch"])
+	require.Equal(t, "0.0.0.0:9999", cfg["server"]["listen"])
+}
+
+func TestPrintExampleIsTheExample(t *testing.T) {
+	out, err := runArgs(t, "--print-example")
+	require.NoError(t, err)
+	require.Equal(t, string(config.Example), out)
+}
+
+func TestStartupErrorsNameTheProblem(t *testing.T) {
+	_, err := runArgs(t, "--bogus")
+	require.ErrorContains(t, err, "bogus")
+	_, err = runArgs(t, "extra")
+	require.ErrorContains(t, err, `unexpected argument "extra"`)
+
+	t.Setenv("TRIAGE_DECISION_ALPHA", "-1")
+	_, err = runArgs(t, "--print-config")
+	require.ErrorContains(t, err, "decision.alpha: must be >= 0, got -1")
+
+	t.Setenv("TRIAGE_DECISION_ALPHA", "0.45")
+	t.Setenv("TRIAGE_NOPE", "1")
+	_, err = runArgs(t)
+	require.ErrorContains(t, err, "TRIAGE_NOPE")
+	require.False(t, strings.Contains(err.Error(), "listening"))
+}

@@ -1,0 +1,393 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/triage-gw/triage/batcher"
+	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/decision"
+	"github.com/triage-gw/triage/sim"
+	"github.com/triage-gw/triage/upstream"
+)
+
+// Config is the whole gateway configuration. Every section owns its defaults and its
+// validation; Config only composes them and prefixes their errors with the section's path.
+//
+// Durations are Go duration strings ("50ms", "1m30s") everywhere. The sections of this
+// package and those of batcher and sim use time.Duration, which gopkg.in/yaml.v3 decodes from
+// such strings and encodes back with String(); the upstream sections use upstream.Duration, a
+// TextUnmarshaler with the same spelling. A bare number is rejected in both, never guessed.
+type Config struct {
+	Server     ServerConfig      `yaml:"server"`
+	Classifier classifier.Config `yaml:"classifier"`
+	Cache      CacheConfig       `yaml:"cache"`
+	Batcher    batcher.Config    `yaml:"batcher"`
+	Decision   decision.Config   `yaml:"decision"`
+	Pools      PoolsConfig       `yaml:"pools"`
+	Sim        SimConfig         `yaml:"sim"`
+	Admin      AdminConfig       `yaml:"admin"`
+	Log        LogConfig         `yaml:"log"`
+}
+
+// ServerConfig is the HTTP layer: where it listens, what it accepts and how long things may take.
+type ServerConfig struct {
+	// Listen is the TCP address to serve on. Default "127.0.0.1:8080"; the --listen flag
+	// overrides it.
+	Listen string `yaml:"listen"`
+	// BodyLimit is the largest request body in bytes; larger bodies get 413. Default 1 MiB.
+	BodyLimit int `yaml:"body_limit"`
+	// MaxTextBytes bounds the text handed to the classifier for one request (instruction and
+	// context together, in bytes, after whitespace normalisation); longer texts get 400.
+	// Default 64 KiB.
+	MaxTextBytes int `yaml:"max_text_bytes"`
+	// MaxBatchTexts is the most texts one POST /v1/classify may carry. Default 64.
+	MaxBatchTexts int `yaml:"max_batch_texts"`
+	// RequestTimeout bounds one request from arrival until its response has been produced:
+	// classification, the upstream call and, for non-streaming answers, the upstream body.
+	// A streaming answer is bounded by it until its headers arrive, then by the pool's
+	// timeouts.stream_idle between chunks. Default 30s.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// ShutdownTimeout bounds the graceful drain: after it, requests still in flight are cut.
+	// Default 15s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// ReadTimeout bounds reading one request (headers and body). Default 30s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing one response, streams included; 0 disables it. Default 0,
+	// because an SSE stream may legitimately run for minutes; streams are bounded by the pools'
+	// stream_idle timeout instead.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long. Default 2m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// QueryProcessMaxTokens is max_tokens of the small chat completion that
+	// POST /v1/query-process runs on the chosen pool. Default 16.
+	QueryProcessMaxTokens int `yaml:"query_process_max_tokens"`
+}
+
+// DefaultServerConfig returns the server defaults documented on ServerConfig.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		Listen:                "127.0.0.1:8080",
+		BodyLimit:             1 << 20,
+		MaxTextBytes:          64 << 10,
+		MaxBatchTexts:         64,
+		RequestTimeout:        30 * time.Second,
+		ShutdownTimeout:       15 * time.Second,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          0,
+		IdleTimeout:           2 * time.Minute,
+		QueryProcessMaxTokens: 16,
+	}
+}
+
+// Validate reports every invalid field, each error naming it from "server".
+func (c ServerConfig) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("server.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "must be host:port, got %q", c.Listen)
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		bad("listen", "port must be a number in [0, 65535], got %q", port)
+	}
+	if c.BodyLimit < 1024 || c.BodyLimit > 1<<30 {
+		bad("body_limit", "must be in [1024, 1073741824] bytes, got %d", c.BodyLimit)
+	}
+	if c.MaxTextBytes < 1 {
+		bad("max_text_bytes", "must be >= 1, got %d", c.MaxTextBytes)
+	} else if c.MaxTextBytes > c.BodyLimit {
+		bad("max_text_bytes", "must be <= body_limit (%d), got %d", c.BodyLimit, c.MaxTextBytes)
+	}
+	if c.MaxBatchTexts < 1 || c.MaxBatchTexts > 4096 {
+		bad("max_batch_texts", "must be in [1, 4096], got %d", c.MaxBatchTexts)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"request_timeout", c.RequestTimeout},
+		{"shutdown_timeout", c.ShutdownTimeout},
+		{"read_timeout", c.ReadTimeout},
+		{"idle_timeout", c.IdleTimeout},
+	} {
+		if d.v <= 0 {
+			bad(d.field, "must be > 0, got %s", d.v)
+		}
+	}
+	if c.WriteTimeout < 0 {
+		bad("write_timeout", "must be >= 0 (0 disables it), got %s", c.WriteTimeout)
+	}
+	if c.QueryProcessMaxTokens < 1 || c.QueryProcessMaxTokens > 4096 {
+		bad("query_process_max_tokens", "must be in [1, 4096], got %d", c.QueryProcessMaxTokens)
+	}
+	return errors.Join(errs...)
+}
+
+// CacheConfig sizes the result cache in front of the classifier. It holds model outputs
+// (P(slow) and token counts), never decisions.
+type CacheConfig struct {
+	// Enabled turns the cache on. Default true.
+	Enabled bool `yaml:"enabled"`
+	// MaxEntries is the most results kept (each costs 1). Default 100000.
+	MaxEntries int `yaml:"max_entries"`
+	// TTL is how long a result stays usable; 0 keeps it until evicted. Default 10m.
+	TTL time.Duration `yaml:"ttl"`
+}
+
+// DefaultCacheConfig returns an enabled cache of 100000 entries with a 10 minute TTL.
+func DefaultCacheConfig() CacheConfig {
+	return CacheConfig{Enabled: true, MaxEntries: 100_000, TTL: 10 * time.Minute}
+}
+
+// Validate reports every invalid field, each error naming it from "cache".
+func (c CacheConfig) Validate() error {
+	var errs []error
+	if c.MaxEntries < 1 || c.MaxEntries > 1<<26 {
+		errs = append(errs, fmt.Errorf("cache.max_entries: must be in [1, %d], got %d", 1<<26, c.MaxEntries))
+	}
+	if c.TTL < 0 {
+		errs = append(errs, fmt.Errorf("cache.ttl: must be >= 0 (0 means no expiry), got %s", c.TTL))
+	}
+	return errors.Join(errs...)
+}
+
+// PoolsConfig holds the fast and the slow pool. When neither lists any replica the gateway
+// starts the built-in simulated pools described by SimConfig and points these pools at them
+// (every other pool setting still applies).
+type PoolsConfig struct {
+	Fast PoolConfig `yaml:"fast"`
+	Slow PoolConfig `yaml:"slow"`
+}
+
+// Builtin reports whether the built-in simulated pools are to be used: no replica is
+// configured in either pool.
+func (c PoolsConfig) Builtin() bool {
+	return len(c.Fast.Replicas) == 0 && len(c.Slow.Replicas) == 0
+}
+
+// PoolConfig is one pool: its replicas, health and timeouts (upstream.PoolConfig, inlined),
+// its replica-picking policy and its admission policy.
+type PoolConfig struct {
+	upstream.PoolConfig `yaml:",inline"`
+	Policy              upstream.PolicyConfig    `yaml:"policy"`
+	Admission           upstream.AdmissionConfig `yaml:"admission"`
+}
+
+// DefaultPoolConfig returns a pool called name with every upstream default and no replicas.
+func DefaultPoolConfig(name string) PoolConfig {
+	pc := upstream.DefaultPoolConfig()
+	pc.Name = name
+	return PoolConfig{
+		PoolConfig: pc,
+		Policy:     upstream.DefaultPolicyConfig(),
+		Admission:  upstream.DefaultAdmissionConfig(),
+	}
+}
+
+// placeholderReplica stands in for the built-in replicas while validating, so the rest of a
+// pool's settings are checked before the simulators exist.
+var placeholderReplica = upstream.ReplicaConfig{URL: "http://127.0.0.1:1", ID: "builtin"}
+
+// validate checks the pool at path ("pools.fast"). With builtin set, its empty replica list
+// is expected and the other fields are checked against a placeholder replica.
+func (c PoolConfig) validate(path string, builtin bool) error {
+	pc := c.PoolConfig
+	if builtin {
+		pc.Replicas = []upstream.ReplicaConfig{placeholderReplica}
+	}
+	return errors.Join(
+		prefixed(path, pc.Validate()),
+		c.Policy.ValidateAt(path+".policy"),
+		c.Admission.ValidateAt(path+".admission"),
+	)
+}
+
+// Validate reports every invalid field of both pools.
+func (c PoolsConfig) Validate() error {
+	builtin := c.Builtin()
+	var errs []error
+	if !builtin {
+		if len(c.Fast.Replicas) == 0 {
+			errs = append(errs, errors.New("pools.fast.replicas: required when pools.slow has replicas (leave both empty for the built-in simulated pools)"))
+		}
+		if len(c.Slow.Replicas) == 0 {
+			errs = append(errs, errors.New("pools.slow.replicas: required when pools.fast has replicas (leave both empty for the built-in simulated pools)"))
+		}
+	}
+	errs = append(errs,
+		c.Fast.validate("pools.fast", builtin || len(c.Fast.Replicas) == 0),
+		c.Slow.validate("pools.slow", builtin || len(c.Slow.Replicas) == 0),
+	)
+	if c.Fast.Name == c.Slow.Name && strings.TrimSpace(c.Fast.Name) != "" {
+		errs = append(errs, fmt.Errorf("pools.slow.name: must differ from pools.fast.name, both are %q", c.Slow.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// SimConfig describes the built-in simulated pools, started only when no pool has replicas:
+// FastReplicas servers of the Fast replica config and SlowReplicas of the Slow one, each on
+// its own 127.0.0.1:0 listener. Replica i is named "<name>-<i>" and seeded with Seed+i.
+type SimConfig struct {
+	// FastReplicas is the number of simulated fast replicas, in [1, 16]. Default 2.
+	FastReplicas int `yaml:"fast_replicas"`
+	// SlowReplicas is the number of simulated slow replicas, in [1, 16]. Default 2.
+	SlowReplicas int `yaml:"slow_replicas"`
+	// Fast is the fast replicas' simulator config. Default sim.FastPreset().
+	Fast sim.Config `yaml:"fast"`
+	// Slow is the slow replicas' simulator config. Default sim.SlowPreset() (1–3 s for a
+	// 50-token answer).
+	Slow sim.Config `yaml:"slow"`
+}
+
+// DefaultSimConfig returns two fast and two slow replicas with the simulator's presets.
+func DefaultSimConfig() SimConfig {
+	return SimConfig{FastReplicas: 2, SlowReplicas: 2, Fast: sim.FastPreset(), Slow: sim.SlowPreset()}
+}
+
+// Validate reports every invalid field, each error naming it from "sim".
+func (c SimConfig) Validate() error {
+	var errs []error
+	if c.FastReplicas < 1 || c.FastReplicas > 16 {
+		errs = append(errs, fmt.Errorf("sim.fast_replicas: must be in [1, 16], got %d", c.FastReplicas))
+	}
+	if c.SlowReplicas < 1 || c.SlowReplicas > 16 {
+		errs = append(errs, fmt.Errorf("sim.slow_replicas: must be in [1, 16], got %d", c.SlowReplicas))
+	}
+	// sim.Config names its fields from "sim."; re-root them under the replica kind.
+	errs = append(errs,
+		rerooted("sim.", "sim.fast.", c.Fast.Validate()),
+		rerooted("sim.", "sim.slow.", c.Slow.Validate()),
+	)
+	return errors.Join(errs...)
+}
+
+// AdminConfig guards the admin endpoints.
+type AdminConfig struct {
+	// Token is the bearer token of the /admin/ endpoints. Empty (the default) does not
+	// register them at all. When set it must be at least 16 bytes.
+	Token string `yaml:"token"`
+}
+
+// minTokenLen keeps guessable admin tokens out; 16 random bytes are far beyond brute force.
+const minTokenLen = 16
+
+// Validate reports a token that is too short or padded with whitespace.
+func (c AdminConfig) Validate() error {
+	if c.Token == "" {
+		return nil
+	}
+	var errs []error
+	if len(c.Token) < minTokenLen {
+		errs = append(errs, fmt.Errorf("admin.token: must be at least %d bytes when set, got %d", minTokenLen, len(c.Token)))
+	}
+	if strings.TrimSpace(c.Token) != c.Token || strings.ContainsAny(c.Token, "\r\n\t ") {
+		errs = append(errs, errors.New("admin.token: must not contain whitespace"))
+	}
+	return errors.Join(errs...)
+}
+
+// LogConfig selects the log level and format.
+type LogConfig struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is json or text. Default json.
+	Format string `yaml:"format"`
+}
+
+// DefaultLogConfig returns JSON logs at info level.
+func DefaultLogConfig() LogConfig { return LogConfig{Level: "info", Format: "json"} }
+
+// Validate reports an unknown level or format.
+func (c LogConfig) Validate() error {
+	var errs []error
+	switch c.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log.level: must be debug, info, warn or error, got %q", c.Level))
+	}
+	switch c.Format {
+	case "json", "text":
+	default:
+		errs = append(errs, fmt.Errorf("log.format: must be json or text, got %q", c.Format))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultConfig returns every section's defaults: the built-in simulated pools, the
+// quadratic decision policy, batches of 32 within 50ms, no admin endpoints.
+func DefaultConfig() Config {
+	return Config{
+		Server:     DefaultServerConfig(),
+		Classifier: classifier.DefaultConfig(),
+		Cache:      DefaultCacheConfig(),
+		Batcher:    batcher.DefaultConfig(),
+		Decision:   decision.DefaultConfig(),
+		Pools:      PoolsConfig{Fast: DefaultPoolConfig("fast"), Slow: DefaultPoolConfig("slow")},
+		Sim:        DefaultSimConfig(),
+		Admin:      AdminConfig{},
+		Log:        DefaultLogConfig(),
+	}
+}
+
+// Validate checks every section and returns all problems at once, joined, each naming its
+// field by its full path ("decision.alpha: must be >= 0, got -1").
+func (c Config) Validate() error {
+	return errors.Join(
+		c.Server.Validate(),
+		prefixed("classifier", c.Classifier.Validate()),
+		c.Cache.Validate(),
+		c.Batcher.Validate(),
+		c.Decision.Validate(),
+		c.Pools.Validate(),
+		c.Sim.Validate(),
+		c.Admin.Validate(),
+		c.Log.Validate(),
+	)
+}
+
+// leaves flattens joined errors into their individual messages' errors.
+func leaves(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, leaves(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// prefixed roots every error of err at path ("pools.fast" + "replicas: required" →
+// "pools.fast.replicas: required"), leaving those already rooted there alone.
+func prefixed(path string, err error) error {
+	var out []error
+	for _, e := range leaves(err) {
+		if strings.HasPrefix(e.Error(), path+".") || strings.HasPrefix(e.Error(), path+":") {
+			out = append(out, e)
+			continue
+		}
+		out = append(out, fmt.Errorf("%s.%w", path, e))
+	}
+	return errors.Join(out...)
+}
+
+// rerooted replaces the leading from of each error with to.
+func rerooted(from, to string, err error) error {
+	var out []error
+	for _, e := range leaves(err) {
+		if msg, ok := strings.CutPrefix(e.Error(), from); ok {
+			out = append(out, fmt.Errorf("%s%s", to, msg))
+			continue
+		}
+		out = append(out, fmt.Errorf("%s%w", to, e))
+	}
+	return errors.Join(out...)
+}

@@ -1,0 +1,319 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/triage-gw/triage/upstream"
+)
+
+// noEnv keeps the test process's own environment out of Load.
+var noEnv = []string{}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "triage.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	require.NoError(t, DefaultConfig().Validate())
+	require.True(t, DefaultConfig().Pools.Builtin())
+}
+
+func TestNoConfigAtAllGivesDefaults(t *testing.T) {
+	cfg, err := Load(Sources{Environ: noEnv})
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), cfg)
+}
+
+func TestExampleLoadsToExactlyTheDefaults(t *testing.T) {
+	cfg, err := Load(Sources{File: "example.yaml", Environ: noEnv})
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), cfg, "config/example.yaml and DefaultConfig() disagree: update the example")
+
+	// The embedded copy is the same file.
+	disk, err := os.ReadFile("example.yaml")
+	require.NoError(t, err)
+	require.Equal(t, disk, Example)
+}
+
+// TestExampleDocumentsEverySetting walks the defaults as YAML and requires every key of
+// them in example.yaml, so a new setting cannot go undocumented. Settings whose default is
+// an empty map or list must at least be named in the file (a comment suffices).
+func TestExampleDocumentsEverySetting(t *testing.T) {
+	var def yaml.Node
+	b, err := yaml.Marshal(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(b, &def))
+	var ex yaml.Node
+	require.NoError(t, yaml.Unmarshal(Example, &ex))
+
+	exPaths := map[string]bool{}
+	collectPaths(ex.Content[0], "", func(p string, _ *yaml.Node) { exPaths[p] = true })
+	collectPaths(def.Content[0], "", func(p string, n *yaml.Node) {
+		if exPaths[p] {
+			return
+		}
+		if (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) && len(n.Content) == 0 {
+			key := p[strings.LastIndex(p, ".")+1:]
+			require.Contains(t, string(Example), key+":", "example.yaml must mention %s", p)
+			return
+		}
+		t.Errorf("example.yaml does not document %s", p)
+	})
+}
+
+// collectPaths calls fn for every mapping key under n with its dotted path and value node.
+func collectPaths(n *yaml.Node, prefix string, fn func(path string, v *yaml.Node)) {
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		p := n.Content[i].Value
+		if prefix != "" {
+			p = prefix + "." + p
+		}
+		v := n.Content[i+1]
+		fn(p, v)
+		collectPaths(v, p, fn)
+	}
+}
+
+func TestEmptyFileKeepsDefaults(t *testing.T) {
+	cfg, err := Load(Sources{File: writeFile(t, "# nothing here\n"), Environ: noEnv})
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), cfg)
+}
+
+func TestFileOverridesDefaultsAndKeepsTheRest(t *testing.T) {
+	cfg, err := Load(Sources{File: writeFile(t, `
+server:
+  listen: 0.0.0.0:9000
+batcher:
+  max_wait: 20ms
+decision:
+  alpha: 0.3
+pools:
+  fast:
+    model: small
+    replicas: [{url: "http://10.0.0.1:8000"}]
+    timeouts: {first_byte: 5s}
+  slow:
+    replicas: [{url: "http://10.0.0.2:8000", id: big-0, headers: {Authorization: "Bearer sk-1"}}]
+`), Environ: noEnv})
+	require.NoError(t, err)
+	require.Equal(t, "0.0.0.0:9000", cfg.Server.Listen)
+	require.Equal(t, 20*time.Millisecond, cfg.Batcher.MaxWait)
+	require.Equal(t, 32, cfg.Batcher.MaxBatch, "unset keys keep their defaults")
+	require.Equal(t, 0.3, cfg.Decision.Alpha)
+	require.Equal(t, 0.5, cfg.Decision.Base)
+	require.Equal(t, "small", cfg.Pools.Fast.Model)
+	require.Equal(t, upstream.Duration(5*time.Second), cfg.Pools.Fast.Timeouts.FirstByte)
+	require.Equal(t, upstream.Duration(2*time.Second), cfg.Pools.Fast.Timeouts.Connect)
+	require.Equal(t, "fast", cfg.Pools.Fast.Name)
+	require.False(t, cfg.Pools.Builtin())
+	require.Equal(t, "Bearer sk-1", cfg.Pools.Slow.Replicas[0].Headers["Authorization"])
+}
+
+func TestFileErrorsNameTheKeyAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"unknown key", "server:\n  lisen: 1.2.3.4:5\n", []string{"line 2", "lisen"}},
+		{"unknown section", "servr: {}\n", []string{"line 1", "servr"}},
+		{"unknown nested key", "pools:\n  fast:\n    timeouts:\n      frist_byte: 1s\n", []string{"line 4", "frist_byte"}},
+		{"bare number duration", "batcher:\n  max_wait: 50\n", []string{"line 2", "50"}},
+		{"bad upstream duration", "pools:\n  fast:\n    scrape_interval: 2\n", []string{"line 3", "invalid duration"}},
+		{"wrong type", "server:\n  body_limit: lots\n", []string{"line 2", "lots"}},
+		{"duplicate key", "server:\n  listen: a:1\n  listen: b:2\n", []string{"listen", "already defined"}},
+		{"two documents", "server: {}\n---\nlog: {}\n", []string{"more than one YAML document"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, tc.body)
+			_, err := Load(Sources{File: path, Environ: noEnv})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), path)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestMissingFileIsAnError(t *testing.T) {
+	_, err := Load(Sources{File: filepath.Join(t.TempDir(), "nope.yaml"), Environ: noEnv})
+	require.ErrorContains(t, err, "nope.yaml")
+}
+
+func TestValidationReportsEveryFieldByPath(t *testing.T) {
+	_, err := Load(Sources{File: writeFile(t, `
+server: {body_limit: 10, request_timeout: 0s}
+cache: {max_entries: 0}
+batcher: {max_batch: 0}
+decision: {alpha: -1}
+pools:
+  fast: {timeouts: {connect: 0s}, policy: {name: fastest}}
+  slow: {admission: {name: maybe}}
+sim: {fast_replicas: 0, slow: {jitter: 2}}
+admin: {token: short}
+log: {level: loud}
+classifier: {intra_op_threads: 0}
+`), Environ: noEnv})
+	require.Error(t, err)
+	for _, want := range []string{
+		"server.body_limit: must be in [1024",
+		"server.request_timeout: must be > 0",
+		"cache.max_entries:",
+		"batcher.max_batch:",
+		"decision.alpha: must be >= 0, got -1",
+		"pools.fast.timeouts.connect: must be > 0",
+		"pools.fast.policy.name: unknown policy \"fastest\"",
+		"pools.slow.admission.name: unknown admission policy \"maybe\"",
+		"sim.fast_replicas:",
+		"sim.slow.jitter: must be in [0, 1], got 2",
+		"admin.token: must be at least 16 bytes",
+		"log.level:",
+		"classifier.intra_op_threads:",
+	} {
+		require.Contains(t, err.Error(), want)
+	}
+}
+
+func TestPoolsConfigureBothOrNeither(t *testing.T) {
+	_, err := Load(Sources{File: writeFile(t, "pools:\n  fast:\n    replicas: [{url: \"http://10.0.0.1:8000\"}]\n"), Environ: noEnv})
+	require.ErrorContains(t, err, "pools.slow.replicas: required when pools.fast has replicas")
+
+	_, err = Load(Sources{File: writeFile(t, "pools:\n  fast:\n    replicas: [{url: \"ftp://x\"}]\n  slow:\n    replicas: [{url: \"http://10.0.0.2:8000\"}]\n"), Environ: noEnv})
+	require.ErrorContains(t, err, "pools.fast.replicas[0].url: invalid URL")
+
+	_, err = Load(Sources{File: writeFile(t, "pools:\n  slow: {name: fast}\n"), Environ: noEnv})
+	require.ErrorContains(t, err, "pools.slow.name: must differ")
+}
+
+func TestEnvOverridesFileAndFlagOverridesEnv(t *testing.T) {
+	path := writeFile(t, "server:\n  listen: 127.0.0.1:7000\ndecision:\n  alpha: 0.2\n")
+	env := []string{
+		"HOME=/root", // not ours: ignored
+		"TRIAGE_DECISION_ALPHA=0.3",
+		"TRIAGE_SERVER_LISTEN=127.0.0.1:7001",
+		"TRIAGE_BATCHER_MAX_WAIT=10ms",
+		"TRIAGE_CACHE_ENABLED=false",
+		"TRIAGE_POOLS_SLOW_TIMEOUTS_FIRST_BYTE=5s",
+		"TRIAGE_POOLS_FAST_POLICY_NAME=prefix-cache",
+		"TRIAGE_SIM_SLOW_DECODE_PER_TOKEN=1ms",
+		"TRIAGE_ADMIN_TOKEN=0123456789abcdef0123",
+		"TRIAGE_POOLS_FAST_POLICY_RANDOM_SEED=7",
+	}
+	cfg, err := Load(Sources{File: path, Environ: env})
+	require.NoError(t, err)
+	require.Equal(t, 0.3, cfg.Decision.Alpha)
+	require.Equal(t, "127.0.0.1:7001", cfg.Server.Listen)
+	require.Equal(t, 10*time.Millisecond, cfg.Batcher.MaxWait)
+	require.False(t, cfg.Cache.Enabled)
+	require.Equal(t, upstream.Duration(5*time.Second), cfg.Pools.Slow.Timeouts.FirstByte)
+	require.Equal(t, "prefix-cache", cfg.Pools.Fast.Policy.Name)
+	require.Equal(t, time.Millisecond, cfg.Sim.Slow.DecodePerToken)
+	require.Equal(t, "0123456789abcdef0123", cfg.Admin.Token)
+	require.Equal(t, uint64(7), cfg.Pools.Fast.Policy.Random.Seed)
+
+	cfg, err = Load(Sources{File: path, Environ: env, Listen: "127.0.0.1:7002"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:7002", cfg.Server.Listen)
+}
+
+func TestConfigFileFromEnv(t *testing.T) {
+	path := writeFile(t, "decision:\n  alpha: 0.1\n")
+	cfg, err := Load(Sources{Environ: []string{EnvConfigFile + "=" + path}})
+	require.NoError(t, err)
+	require.Equal(t, 0.1, cfg.Decision.Alpha)
+}
+
+func TestEnvErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		env, want string
+	}{
+		{"TRIAGE_DECISION_ALPA=0.3", "TRIAGE_DECISION_ALPA: unknown variable"},
+		{"TRIAGE_POOLS_FAST_REPLICAS=http://x", "TRIAGE_POOLS_FAST_REPLICAS: unknown variable"},
+		{"TRIAGE_DECISION_ALPHA=abc", `TRIAGE_DECISION_ALPHA: invalid value "abc" for decision.alpha: want a finite number`},
+		{"TRIAGE_DECISION_ALPHA=NaN", "TRIAGE_DECISION_ALPHA: invalid value"},
+		{"TRIAGE_BATCHER_MAX_WAIT=50", "TRIAGE_BATCHER_MAX_WAIT: invalid value \"50\" for batcher.max_wait: want a duration"},
+		{"TRIAGE_POOLS_FAST_SCRAPE_INTERVAL=2", "TRIAGE_POOLS_FAST_SCRAPE_INTERVAL: invalid value \"2\""},
+		{"TRIAGE_CACHE_ENABLED=maybe", "TRIAGE_CACHE_ENABLED: invalid value \"maybe\" for cache.enabled: want true or false"},
+		{"TRIAGE_SERVER_BODY_LIMIT=1.5", "TRIAGE_SERVER_BODY_LIMIT: invalid value"},
+		{"TRIAGE_POOLS_FAST_POLICY_RANDOM_SEED=-1", "TRIAGE_POOLS_FAST_POLICY_RANDOM_SEED: invalid value"},
+		{"TRIAGE_DECISION_ALPHA=-1", "decision.alpha: must be >= 0, got -1"}, // parses, then fails validation
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			_, err := Load(Sources{Environ: []string{tc.env}})
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestEnvVarsAreUniqueAndDocumented(t *testing.T) {
+	vars := EnvVars()
+	seen := map[string]string{}
+	for _, v := range vars {
+		require.True(t, strings.HasPrefix(v.Name, EnvPrefix), v.Name)
+		if prev, dup := seen[v.Name]; dup {
+			t.Fatalf("%s names both %s and %s", v.Name, prev, v.Path)
+		}
+		seen[v.Name] = v.Path
+	}
+	require.Equal(t, "server.listen", seen["TRIAGE_SERVER_LISTEN"])
+	require.Equal(t, "decision.alpha", seen["TRIAGE_DECISION_ALPHA"])
+	require.Equal(t, "admin.token", seen["TRIAGE_ADMIN_TOKEN"])
+	require.Equal(t, "pools.fast.name", seen["TRIAGE_POOLS_FAST_NAME"], "inlined upstream.PoolConfig fields sit directly under the pool")
+	require.NotContains(t, seen, EnvConfigFile)
+
+	defaults := map[string]string{}
+	for _, v := range vars {
+		defaults[v.Name] = v.Default
+	}
+	require.Equal(t, "50ms", defaults["TRIAGE_BATCHER_MAX_WAIT"])
+	require.Equal(t, "1m0s", defaults["TRIAGE_POOLS_SLOW_TIMEOUTS_FIRST_BYTE"])
+	require.Equal(t, "0.45", defaults["TRIAGE_DECISION_ALPHA"])
+
+	// Every variable round-trips its own default.
+	var env []string
+	for _, v := range vars {
+		env = append(env, v.Name+"="+v.Default)
+	}
+	cfg, err := Load(Sources{Environ: env})
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), cfg)
+}
+
+func TestPrintedConfigIsRedactedAndLoadsBack(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Admin.Token = "0123456789abcdef-secret"
+	cfg.Pools.Fast.Replicas = []upstream.ReplicaConfig{{URL: "http://user:pw@10.0.0.1:8000", Headers: map[string]string{"Authorization": "Bearer sk-live"}}}
+	cfg.Pools.Slow.Replicas = []upstream.ReplicaConfig{{URL: "http://10.0.0.2:8000"}}
+	out, err := cfg.YAML()
+	require.NoError(t, err)
+	s := string(out)
+	require.NotContains(t, s, "secret")
+	require.NotContains(t, s, "sk-live")
+	require.NotContains(t, s, ":pw@")
+	require.Contains(t, s, redactedValue)
+	require.Equal(t, "Bearer sk-live", cfg.Pools.Fast.Replicas[0].Headers["Authorization"], "Redacted must not touch the original")
+
+	// Without secrets, what is printed loads back to the same configuration.
+	cfg = DefaultConfig()
+	out, err = cfg.YAML()
+	require.NoError(t, err)
+	back, err := Load(Sources{File: writeFile(t, string(out)), Environ: noEnv})
+	require.NoError(t, err)
+	back.Pools.Fast.Policy.Weighted.Scorers = nil // printed as the defaults they stand for
+	back.Pools.Slow.Policy.Weighted.Scorers = nil
+	require.Equal(t, cfg, back)
+}

@@ -1,0 +1,44 @@
+// Package config loads and validates the gateway's configuration.
+//
+// # Purpose
+//
+// [Config] composes one section per part: server (HTTP limits and timeouts), classifier,
+// cache, batcher, decision, pools (fast and slow: upstream pool, replica policy and
+// admission), sim (the built-in simulated pools used when no pool has replicas), admin and
+// log. Each section's type, defaults and Validate belong to the package that owns the part;
+// this package only composes them, roots their error messages at the section's path and
+// adds the sections that belong to no other package.
+//
+// [Load] builds a Config from, in increasing precedence: [DefaultConfig]; one YAML file
+// (gopkg.in/yaml.v3 with KnownFields, so an unknown key stops startup naming the key and its
+// line); environment variables TRIAGE_<PATH> for every scalar setting, named from the yaml
+// tags by reflection (decision.alpha → TRIAGE_DECISION_ALPHA; an unknown TRIAGE_ variable
+// or an unparsable value is an error naming the variable); the --listen flag. Then every
+// section is validated and all problems are reported at once, joined, each prefixed by its
+// path ("decision.alpha: must be >= 0, got -1"). Nothing is ever clamped or defaulted
+// silently.
+//
+// Durations are Go duration strings ("50ms"). Sections typed with time.Duration (server,
+// cache, batcher, sim) decode through yaml.v3's native support, which accepts only strings;
+// the upstream sections use upstream.Duration, a TextUnmarshaler. Because yaml.v3 reports a
+// failing UnmarshalText without position, Load first walks the YAML node tree alongside the
+// Go types and checks those values itself, so the message names line and path.
+//
+// example.yaml (embedded as [Example]) documents every setting with its default; tests keep
+// it loading to exactly DefaultConfig and naming every key, so it cannot drift. [EnvVars]
+// lists every environment variable with its default (triage --help prints it).
+// [Config.YAML] prints the effective configuration with secrets redacted.
+//
+// os.Getenv and os.Environ are read here and nowhere else in the gateway.
+//
+// # Concurrency
+//
+// Load and the helpers are pure functions of their inputs (plus the process environment
+// when Sources.Environ is nil, and the file); a Config is a plain value, safe to copy and to
+// read from many goroutines once loaded.
+//
+// # Lifecycle
+//
+// Load once at startup, before building anything; there is no reloading of configuration
+// (the classifier model reloads on its own, see package server).
+package config

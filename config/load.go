@@ -1,0 +1,187 @@
+package config
+
+import (
+	"bytes"
+	"encoding"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// EnvConfigFile names the environment variable that gives the config file's path when
+// Sources.File is empty (the --config flag wins over it).
+const EnvConfigFile = EnvPrefix + "CONFIG"
+
+// Sources says where the configuration comes from. Later sources override earlier ones:
+// defaults, then File, then the environment, then Listen.
+type Sources struct {
+	// File is the YAML file to read. Empty means the path in TRIAGE_CONFIG, or no file.
+	File string
+	// Environ holds "KEY=VALUE" pairs to take TRIAGE_ overrides from. Nil means
+	// os.Environ(); pass an empty slice for none.
+	Environ []string
+	// Listen is the --listen flag's value; empty means the flag was not given.
+	Listen string
+}
+
+// Load builds the configuration: defaults, the YAML file (unknown keys are errors naming the
+// key and its line), TRIAGE_ environment overrides (an unknown TRIAGE_ variable or a bad
+// value is an error naming the variable), the --listen flag, and finally Validate, which
+// reports every invalid field at once.
+func Load(src Sources) (Config, error) {
+	env := src.Environ
+	if env == nil {
+		env = os.Environ()
+	}
+	cfg := DefaultConfig()
+	path := src.File
+	if path == "" {
+		path = lookup(env, EnvConfigFile)
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if err := decodeYAML(data, &cfg); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, env); err != nil {
+		return Config{}, fmt.Errorf("config: environment: %w", err)
+	}
+	if src.Listen != "" {
+		cfg.Server.Listen = src.Listen
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: invalid:\n%w", err)
+	}
+	return cfg, nil
+}
+
+// decodeYAML decodes one YAML document over cfg, which holds the defaults: keys absent from
+// the document keep them. Unknown keys fail ("line 3: field lisen not found in type
+// config.ServerConfig"). An empty document changes nothing.
+func decodeYAML(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("more than one YAML document; the config is a single document")
+	}
+	// yaml.v3 reports a failing UnmarshalText (upstream.Duration) without a line or a field;
+	// check those values first so the message names both.
+	if err := checkText(&doc, reflect.TypeFor[Config](), ""); err != nil {
+		return err
+	}
+	// yaml.Node.Decode has no KnownFields switch, so the bytes go through a strict decoder.
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(cfg); err != nil {
+		return err
+	}
+	normalizeDecoded(cfg)
+	return nil
+}
+
+// normalizeDecoded makes an explicit empty list equal to an absent one ("replicas: []" in
+// the example reads the same as the default).
+func normalizeDecoded(cfg *Config) {
+	for _, p := range []*PoolConfig{&cfg.Pools.Fast, &cfg.Pools.Slow} {
+		if len(p.Replicas) == 0 {
+			p.Replicas = nil
+		}
+	}
+}
+
+// checkText walks a document alongside the Go type it decodes into and tries every scalar
+// bound for an encoding.TextUnmarshaler, returning the first failure with its line and
+// path. Everything else (unknown keys, wrong types) is left to the strict decoder.
+func checkText(n *yaml.Node, t reflect.Type, path string) error {
+	if n.Kind == yaml.DocumentNode {
+		for _, c := range n.Content {
+			if err := checkText(c, t, path); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.ScalarNode && reflect.PointerTo(t).Implements(textUnmarshalerType) && n.Tag != "!!null" {
+		v := reflect.New(t).Interface().(encoding.TextUnmarshaler)
+		if err := v.UnmarshalText([]byte(n.Value)); err != nil {
+			return fmt.Errorf("line %d: %s: %w", n.Line, path, err)
+		}
+		return nil
+	}
+	switch {
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, val := n.Content[i].Value, n.Content[i+1]
+			if ft, ok := yamlField(t, key); ok {
+				if err := checkText(val, ft, joinPath(path, key)); err != nil {
+					return err
+				}
+			}
+		}
+	case n.Kind == yaml.SequenceNode && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		for i, c := range n.Content {
+			if err := checkText(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// yamlField finds the type of the field a key decodes into, looking through inline structs.
+func yamlField(t reflect.Type, key string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.Anonymous && slices.Contains(strings.Split(opts, ","), "inline") {
+			if ft, ok := yamlField(f.Type, key); ok {
+				return ft, true
+			}
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		if f.IsExported() && name == key {
+			return f.Type, true
+		}
+	}
+	return nil, false
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// lookup returns the value of key in env, or "".
+func lookup(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := cutEnv(kv); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,64 @@
+package config
+
+import (
+	_ "embed"
+	"maps"
+	"net/url"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/triage-gw/triage/upstream"
+)
+
+// Example is config/example.yaml: every setting, commented, with its default. A test keeps it
+// equal to DefaultConfig.
+//
+//go:embed example.yaml
+var Example []byte
+
+// redactedValue replaces secrets in printed configs.
+const redactedValue = "<redacted>"
+
+// Redacted returns a copy of c safe to print: the admin token and every replica header
+// value (they typically carry API keys) are replaced by "<redacted>", and passwords in
+// replica URLs by "xxxxx".
+func (c Config) Redacted() Config {
+	if c.Admin.Token != "" {
+		c.Admin.Token = redactedValue
+	}
+	c.Pools.Fast = redactPool(c.Pools.Fast)
+	c.Pools.Slow = redactPool(c.Pools.Slow)
+	return c
+}
+
+func redactPool(p PoolConfig) PoolConfig {
+	p.Replicas = slices.Clone(p.Replicas)
+	for i, r := range p.Replicas {
+		if u, err := url.Parse(r.URL); err == nil && u.User != nil {
+			p.Replicas[i].URL = u.Redacted()
+		}
+		if len(r.Headers) == 0 {
+			continue
+		}
+		h := maps.Clone(r.Headers)
+		for k := range h {
+			h[k] = redactedValue
+		}
+		p.Replicas[i].Headers = h
+	}
+	return p
+}
+
+// YAML renders c, secrets redacted, in the form Load reads. Unset scorer weights are
+// printed as the defaults they stand for (yaml would print an unset map as {}, which the
+// weighted policy refuses).
+func (c Config) YAML() ([]byte, error) {
+	r := c.Redacted()
+	for _, p := range []*PoolConfig{&r.Pools.Fast, &r.Pools.Slow} {
+		if p.Policy.Weighted.Scorers == nil {
+			p.Policy.Weighted.Scorers = upstream.DefaultScorerWeights()
+		}
+	}
+	return yaml.Marshal(r)
+}

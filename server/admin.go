@@ -1,0 +1,198 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/triage-gw/triage/upstream"
+)
+
+// admin guards an admin handler with the configured bearer token. The comparison is over
+// SHA-256 digests in constant time, so neither the token's bytes nor its length leak
+// through timing.
+func (s *Server) admin(h handlerFunc) handlerFunc {
+	want := sha256.Sum256([]byte(s.cfg.Admin.Token))
+	return func(c *fiber.Ctx, rq *request) error {
+		tok, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+		got := sha256.Sum256([]byte(tok))
+		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="triage-admin"`)
+			return &apiError{status: http.StatusUnauthorized, typ: typeAuthentication, code: "invalid_admin_token",
+				message: "admin endpoints need Authorization: Bearer <admin.token>"}
+		}
+		return h(c, rq)
+	}
+}
+
+// ReloadResult reports a model reload.
+type ReloadResult struct {
+	Previous string `json:"previous_version"`
+	Current  string `json:"model_version"`
+}
+
+// Reload loads the model again (the Loader reads the artifacts afresh), probes it and, if it
+// works, makes it current: new batches use it, batches in flight finish on the old one,
+// which is closed when the last of them ends; cache keys follow the new version. A model
+// that fails to load or to classify the probe is refused with an error, logged here, and the
+// old model keeps serving. Reloads are serialised; Reload is safe for concurrent use.
+func (s *Server) Reload(ctx context.Context) (ReloadResult, error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	prev := s.models.version()
+	res := ReloadResult{Previous: prev, Current: prev}
+	m, err := s.load()
+	if err == nil {
+		if err = probe(ctx, m); err != nil {
+			m.Close()
+		}
+	}
+	if err == nil {
+		if _, err = s.models.swap(m); err != nil {
+			m.Close()
+			return res, err
+		}
+	}
+	if err != nil {
+		s.m.reloads.WithLabelValues("error").Inc()
+		s.log.Error("model reload refused; the current model keeps serving", "model_version", prev, "err", err)
+		return res, &reloadError{err: err}
+	}
+	res.Current = m.Version()
+	s.m.reloads.WithLabelValues("ok").Inc()
+	s.m.setModel(res.Current)
+	s.log.Info("model reloaded", "previous_version", prev, "model_version", res.Current)
+	return res, nil
+}
+
+func (s *Server) handleReload(c *fiber.Ctx, _ *request) error {
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.Server.RequestTimeout)
+	defer cancel()
+	res, err := s.Reload(ctx)
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, http.StatusOK, res)
+}
+
+type drainRequest struct {
+	Pool    string `json:"pool"`
+	Replica string `json:"replica"`
+}
+
+type drainResponse struct {
+	Pool    string                 `json:"pool"`
+	Replica upstream.ReplicaStatus `json:"replica"`
+}
+
+func (s *Server) handleDrain(c *fiber.Ctx, _ *request) error   { return s.setDrain(c, true) }
+func (s *Server) handleUndrain(c *fiber.Ctx, _ *request) error { return s.setDrain(c, false) }
+
+// setDrain drains or undrains one replica: {"pool": "fast"|"slow" (or the pool's name),
+// "replica": id}.
+func (s *Server) setDrain(c *fiber.Ctx, on bool) error {
+	if err := requireJSON(c); err != nil {
+		return err
+	}
+	if err := checkBody(c.Body()); err != nil {
+		return err
+	}
+	var req drainRequest
+	if err := decodeStrict(c.Body(), &req); err != nil {
+		return err
+	}
+	p := s.poolNamed(req.Pool)
+	if p == nil {
+		return badRequest("unknown_pool", "pool", "pool: must be %q or %q, got %q", pathFast, pathSlow, req.Pool)
+	}
+	if req.Replica == "" {
+		return badRequest("missing_field", "replica", "replica: required")
+	}
+	var err error
+	if on {
+		err = p.Drain(req.Replica)
+	} else {
+		err = p.Undrain(req.Replica)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range p.Replicas() {
+		if r.ID == req.Replica {
+			return sendJSON(c, http.StatusOK, drainResponse{Pool: p.Name(), Replica: r})
+		}
+	}
+	return fmt.Errorf("replica %q vanished from pool %s", req.Replica, p.Name())
+}
+
+// poolNamed finds a pool by path ("fast", "slow") or configured name.
+func (s *Server) poolNamed(name string) *upstream.Pool {
+	switch name {
+	case pathFast, s.fast.Name():
+		return s.fast
+	case pathSlow, s.slow.Name():
+		return s.slow
+	}
+	return nil
+}
+
+type statusPool struct {
+	Path     string                   `json:"path"`
+	Name     string                   `json:"name"`
+	Healthy  bool                     `json:"healthy"`
+	InFlight int                      `json:"in_flight"`
+	Replicas []upstream.ReplicaStatus `json:"replicas"`
+}
+
+type statusSlow struct {
+	Active    int     `json:"active"`
+	Max       int     `json:"max"`
+	Load      float64 `json:"load"`
+	Threshold float64 `json:"threshold"`
+}
+
+type statusResponse struct {
+	ModelVersion   string       `json:"model_version"`
+	DecisionPolicy string       `json:"decision_policy"`
+	Ready          readiness    `json:"readiness"`
+	SlowPath       statusSlow   `json:"slow_path"`
+	BatcherQueue   int          `json:"batcher_queue"`
+	InFlight       int          `json:"in_flight_requests"`
+	Pools          []statusPool `json:"pools"`
+}
+
+// handleStatus reports pools and replicas, the model version and the slow-path load.
+func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
+	st := s.state()
+	resp := statusResponse{
+		ModelVersion:   s.models.version(),
+		DecisionPolicy: s.cfg.Decision.Policy,
+		Ready:          s.readiness(),
+		SlowPath: statusSlow{
+			Active:    st.SlowActive,
+			Max:       st.SlowMax,
+			Load:      round6(st.Load()),
+			Threshold: round6(s.policy.Decide(0, st).Threshold),
+		},
+		BatcherQueue: st.QueueLen,
+		InFlight:     s.active.count(),
+	}
+	for _, p := range []struct {
+		path string
+		pool *upstream.Pool
+	}{{pathFast, s.fast}, {pathSlow, s.slow}} {
+		resp.Pools = append(resp.Pools, statusPool{
+			Path:     p.path,
+			Name:     p.pool.Name(),
+			Healthy:  p.pool.Healthy(),
+			InFlight: p.pool.InFlight(),
+			Replicas: p.pool.Replicas(),
+		})
+	}
+	return sendJSON(c, http.StatusOK, resp)
+}

@@ -1,0 +1,519 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/triage-gw/triage/classifier"
+)
+
+// limits bound what a request may carry; from config.ServerConfig.
+type limits struct {
+	maxTextBytes  int // classifier input per text, after normalisation
+	maxBatchTexts int // items in one /v1/classify
+}
+
+// textInput is one text to classify.
+type textInput struct {
+	// instruction and context as the client sent them.
+	instruction, context string
+	// input is the classifier's input: normalise(FormatInput(instruction, context)). It is the
+	// text the batcher sees and the text part of the cache key.
+	input string
+}
+
+// newTextInput validates and formats one text; param names it in errors ("text",
+// "texts[3].text", "messages[2].content").
+func newTextInput(instruction, context, param string, lim limits) (textInput, error) {
+	in := normalize(classifier.FormatInput(instruction, context))
+	// The classifier drops NUL bytes (as BERT's normaliser does), so a text of NULs and
+	// spaces is empty to it.
+	if strings.TrimSpace(strings.ReplaceAll(instruction, "\x00", "")) == "" {
+		return textInput{}, badRequest("empty_text", param, "%s: must not be empty", param)
+	}
+	if len(in) > lim.maxTextBytes {
+		return textInput{}, badRequest("text_too_long", param,
+			"%s: the text to classify is %d bytes after whitespace normalisation (instruction and context together); the limit is %d (server.max_text_bytes)",
+			param, len(in), lim.maxTextBytes)
+	}
+	return textInput{instruction: instruction, context: context, input: in}, nil
+}
+
+// checkBody rejects what no JSON endpoint accepts: an empty body or invalid UTF-8
+// (encoding/json would silently replace it with U+FFFD).
+func checkBody(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("empty_body", "", "request body is empty; expected a JSON object")
+	}
+	if !utf8.Valid(body) {
+		return badRequest("invalid_utf8", "", "request body is not valid UTF-8")
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); b[0] != '{' {
+		return badRequest("invalid_body", "", "request body must be a JSON object, got %s", jsonKind(b))
+	}
+	return nil
+}
+
+// decodeStrict decodes body (one JSON object) into v, refusing unknown fields and trailing
+// data.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, "")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("invalid_json", "", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// decodeLoose is decodeStrict that ignores unknown fields (OpenAI requests carry many).
+func decodeLoose(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, "")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("invalid_json", "", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError names what encoding/json disliked. within prefixes field names for nested
+// objects ("texts[2]").
+func jsonError(err error, within string) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	field := func(f string) string {
+		switch {
+		case within == "":
+			return f
+		case f == "":
+			return within
+		}
+		return within + "." + f
+	}
+	switch {
+	case errors.As(err, &syn):
+		return badRequest("invalid_json", field(""), "invalid JSON at byte %d: %v", syn.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return badRequest("invalid_json", field(""), "invalid JSON: unexpected end of input")
+	case errors.As(err, &typ):
+		f := field(typ.Field)
+		return badRequest("invalid_type", f, "%s: must be %s, got %s", nonEmpty(f, "body"), jsonTypeName(typ.Type.Kind().String()), typ.Value)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return badRequest("unknown_field", field(name), "%s: unknown field", field(name))
+	}
+	return badRequest("invalid_json", field(""), "invalid JSON: %v", err)
+}
+
+func nonEmpty(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
+
+// jsonTypeName names a Go kind the way a JSON user thinks of it.
+func jsonTypeName(kind string) string {
+	switch {
+	case kind == "bool":
+		return "a boolean"
+	case kind == "string":
+		return "a string"
+	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"), strings.HasPrefix(kind, "float"):
+		return "a number"
+	case kind == "slice", kind == "array":
+		return "an array"
+	}
+	return "an object"
+}
+
+// jsonKind names the JSON type of a raw value by its first byte.
+func jsonKind(raw []byte) string {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// present reports whether a field was in the object at all (null counts as present).
+func present(raw json.RawMessage) bool { return len(raw) > 0 }
+
+// stringField decodes a field that must be a JSON string.
+func stringField(raw json.RawMessage, param string) (string, error) {
+	if !present(raw) {
+		return "", badRequest("missing_field", param, "%s: required", param)
+	}
+	if raw[0] != '"' {
+		return "", badRequest("invalid_type", param, "%s: must be a string, got %s", param, jsonKind(raw))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", badRequest("invalid_json", param, "%s: invalid string: %v", param, err)
+	}
+	return s, nil
+}
+
+// optionalString decodes an optional string field; absent gives "".
+func optionalString(raw json.RawMessage, param string) (string, error) {
+	if !present(raw) {
+		return "", nil
+	}
+	return stringField(raw, param)
+}
+
+// textObject is {"text": ..., "context": ...}: the query-process body and a /v1/classify item.
+type textObject struct {
+	Text    json.RawMessage `json:"text"`
+	Context json.RawMessage `json:"context"`
+}
+
+func (o textObject) input(within string, lim limits) (textInput, error) {
+	text, err := stringField(o.Text, within+"text")
+	if err != nil {
+		return textInput{}, err
+	}
+	ctx, err := optionalString(o.Context, within+"context")
+	if err != nil {
+		return textInput{}, err
+	}
+	return newTextInput(text, ctx, within+"text", lim)
+}
+
+// decodeQueryProcess reads {"text": "...", "context": "..."} (context optional; nothing else).
+func decodeQueryProcess(body []byte, lim limits) (textInput, error) {
+	if err := checkBody(body); err != nil {
+		return textInput{}, err
+	}
+	var o textObject
+	if err := decodeStrict(body, &o); err != nil {
+		return textInput{}, err
+	}
+	return o.input("", lim)
+}
+
+// decodeClassify reads {"text": ..., "context": ...} or {"texts": [...]} where each item is
+// a string or {"text": ..., "context": ...}.
+func decodeClassify(body []byte, lim limits) ([]textInput, error) {
+	if err := checkBody(body); err != nil {
+		return nil, err
+	}
+	var o struct {
+		textObject
+		Texts json.RawMessage `json:"texts"`
+	}
+	if err := decodeStrict(body, &o); err != nil {
+		return nil, err
+	}
+	if !present(o.Texts) {
+		if !present(o.Text) {
+			return nil, badRequest("missing_field", "text", "text or texts: one is required")
+		}
+		in, err := o.textObject.input("", lim)
+		if err != nil {
+			return nil, err
+		}
+		return []textInput{in}, nil
+	}
+	if present(o.Text) {
+		return nil, badRequest("invalid_request", "texts", "text and texts: give one, not both")
+	}
+	if present(o.Context) {
+		return nil, badRequest("invalid_request", "context", "context: not allowed with texts (give each item its own context)")
+	}
+	if o.Texts[0] != '[' {
+		return nil, badRequest("invalid_type", "texts", "texts: must be an array, got %s", jsonKind(o.Texts))
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(o.Texts, &items); err != nil {
+		return nil, jsonError(err, "texts")
+	}
+	switch {
+	case len(items) == 0:
+		return nil, badRequest("empty_texts", "texts", "texts: must not be empty")
+	case len(items) > lim.maxBatchTexts:
+		return nil, badRequest("too_many_texts", "texts", "texts: at most %d items (server.max_batch_texts), got %d", lim.maxBatchTexts, len(items))
+	}
+	out := make([]textInput, len(items))
+	for i, raw := range items {
+		param := fmt.Sprintf("texts[%d]", i)
+		var err error
+		switch raw[0] {
+		case '"':
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, badRequest("invalid_json", param, "%s: invalid string: %v", param, err)
+			}
+			out[i], err = newTextInput(s, "", param, lim)
+		case '{':
+			var item textObject
+			if derr := decodeStrict(raw, &item); derr != nil {
+				var ae *apiError
+				if errors.As(derr, &ae) && ae.param != "" {
+					ae.param = param + "." + ae.param
+					ae.message = param + "." + ae.message
+				}
+				return nil, derr
+			}
+			out[i], err = item.input(param+".", lim)
+		default:
+			err = badRequest("invalid_type", param, "%s: must be a string or an object with text and optional context, got %s", param, jsonKind(raw))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// proxyInput is what routing needs from an OpenAI request.
+type proxyInput struct {
+	text    textInput
+	prompt  string // rendered for the replica policies: "role: content\n" per message, or the prompt
+	stream  bool
+	user    string
+	context bool // the body has the non-standard top-level "context" field (stripped before forwarding)
+}
+
+// openAIFields are the fields routing reads; every other field passes through untouched.
+type openAIFields struct {
+	Messages json.RawMessage `json:"messages"`
+	Prompt   json.RawMessage `json:"prompt"`
+	Stream   json.RawMessage `json:"stream"`
+	User     json.RawMessage `json:"user"`
+	Context  json.RawMessage `json:"context"`
+}
+
+func (f openAIFields) common(p *proxyInput) (ctx string, err error) {
+	if present(f.Stream) && string(f.Stream) != "null" {
+		if err := json.Unmarshal(f.Stream, &p.stream); err != nil {
+			return "", badRequest("invalid_type", "stream", "stream: must be a boolean, got %s", jsonKind(f.Stream))
+		}
+	}
+	if present(f.User) && string(f.User) != "null" {
+		if p.user, err = stringField(f.User, "user"); err != nil {
+			return "", err
+		}
+	}
+	if present(f.Context) {
+		p.context = true
+		if ctx, err = stringField(f.Context, "context"); err != nil {
+			return "", err
+		}
+	}
+	return ctx, nil
+}
+
+// decodeChat reads a chat completion request. The text classified is the last user message:
+// with a top-level "context" string (a Triage extension, removed before forwarding) the
+// instruction is all text parts of that message joined by newlines and the context is that
+// field; without it the instruction is the message's first text part (or its string content)
+// and the context is its later text parts joined by newlines (an attached document).
+func decodeChat(body []byte, lim limits) (proxyInput, error) {
+	var p proxyInput
+	if err := checkBody(body); err != nil {
+		return p, err
+	}
+	var f openAIFields
+	if err := decodeLoose(body, &f); err != nil {
+		return p, err
+	}
+	extCtx, err := f.common(&p)
+	if err != nil {
+		return p, err
+	}
+	if !present(f.Messages) || string(f.Messages) == "null" {
+		return p, badRequest("missing_field", "messages", "messages: required")
+	}
+	if f.Messages[0] != '[' {
+		return p, badRequest("invalid_type", "messages", "messages: must be an array, got %s", jsonKind(f.Messages))
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(f.Messages, &msgs); err != nil {
+		return p, jsonError(err, "messages")
+	}
+	if len(msgs) == 0 {
+		return p, badRequest("empty_messages", "messages", "messages: must contain at least one message")
+	}
+	var (
+		rendered strings.Builder
+		lastUser = -1
+		parts    []string
+	)
+	for i, raw := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		if raw[0] != '{' {
+			return p, badRequest("invalid_type", param, "%s: must be an object, got %s", param, jsonKind(raw))
+		}
+		var m struct {
+			Role    json.RawMessage `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return p, jsonError(err, param)
+		}
+		role, err := stringField(m.Role, param+".role")
+		if err != nil {
+			return p, err
+		}
+		texts, err := contentParts(m.Content, param+".content")
+		if err != nil {
+			return p, err
+		}
+		rendered.WriteString(role)
+		rendered.WriteString(": ")
+		for _, t := range texts {
+			rendered.WriteString(t)
+		}
+		rendered.WriteByte('\n')
+		if role == "user" {
+			lastUser, parts = i, texts
+		}
+	}
+	if lastUser < 0 {
+		return p, badRequest("no_user_message", "messages", "messages: no user message to classify")
+	}
+	param := fmt.Sprintf("messages[%d].content", lastUser)
+	var instruction, ctx string
+	switch {
+	case p.context:
+		instruction, ctx = strings.Join(parts, "\n"), extCtx
+	case len(parts) > 0:
+		instruction, ctx = parts[0], strings.Join(parts[1:], "\n")
+	}
+	if p.text, err = newTextInput(instruction, ctx, param, lim); err != nil {
+		return p, err
+	}
+	p.prompt = rendered.String()
+	return p, nil
+}
+
+// contentParts returns the text of a message content: a string, null, or an array of parts
+// of which the "text" ones count (images and other parts are ignored).
+func contentParts(raw json.RawMessage, param string) ([]string, error) {
+	if !present(raw) || string(raw) == "null" {
+		return nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		s, err := stringField(raw, param)
+		if err != nil {
+			return nil, err
+		}
+		return []string{s}, nil
+	case '[':
+	default:
+		return nil, badRequest("invalid_type", param, "%s: must be a string or an array of content parts, got %s", param, jsonKind(raw))
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, jsonError(err, param)
+	}
+	var out []string
+	for j, item := range items {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		if item[0] != '{' {
+			return nil, badRequest("invalid_type", pp, "%s: must be a content part object, got %s", pp, jsonKind(item))
+		}
+		var part struct {
+			Type json.RawMessage `json:"type"`
+			Text json.RawMessage `json:"text"`
+		}
+		if err := json.Unmarshal(item, &part); err != nil {
+			return nil, jsonError(err, pp)
+		}
+		typ, err := stringField(part.Type, pp+".type")
+		if err != nil {
+			return nil, err
+		}
+		if typ != "text" {
+			continue
+		}
+		text, err := stringField(part.Text, pp+".text")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, text)
+	}
+	return out, nil
+}
+
+// decodeCompletion reads a legacy completion request: prompt is a string or an array of
+// strings (joined by newlines to classify); token arrays are refused. The context is the
+// top-level "context" field when present.
+func decodeCompletion(body []byte, lim limits) (proxyInput, error) {
+	var p proxyInput
+	if err := checkBody(body); err != nil {
+		return p, err
+	}
+	var f openAIFields
+	if err := decodeLoose(body, &f); err != nil {
+		return p, err
+	}
+	ctx, err := f.common(&p)
+	if err != nil {
+		return p, err
+	}
+	if !present(f.Prompt) || string(f.Prompt) == "null" {
+		return p, badRequest("missing_field", "prompt", "prompt: required")
+	}
+	var prompt string
+	switch f.Prompt[0] {
+	case '"':
+		if prompt, err = stringField(f.Prompt, "prompt"); err != nil {
+			return p, err
+		}
+	case '[':
+		var batch []string
+		if err := json.Unmarshal(f.Prompt, &batch); err != nil {
+			return p, badRequest("invalid_type", "prompt", "prompt: must be a string or an array of strings (token arrays are not supported)")
+		}
+		prompt = strings.Join(batch, "\n")
+	default:
+		return p, badRequest("invalid_type", "prompt", "prompt: must be a string or an array of strings, got %s", jsonKind(f.Prompt))
+	}
+	if p.text, err = newTextInput(prompt, ctx, "prompt", lim); err != nil {
+		return p, err
+	}
+	p.prompt = prompt
+	return p, nil
+}
+
+// withoutField returns body (a JSON object) without its top-level member key. Member order
+// becomes sorted; values are kept byte for byte.
+func withoutField(body []byte, key string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, jsonError(err, "")
+	}
+	delete(m, key)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, fmt.Errorf("re-encode body: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

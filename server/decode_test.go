@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/batcher"
+	"github.com/triage-gw/triage/upstream"
+)
+
+var fuzzLimits = limits{maxTextBytes: 256, maxBatchTexts: 4}
+
+// requireBadRequest holds every decode error to the contract: an *apiError with a 4xx status,
+// an OpenAI type and a message.
+func requireBadRequest(t *testing.T, err error) {
+	t.Helper()
+	var ae *apiError
+	require.True(t, errors.As(err, &ae), "decode error must be an *apiError, got %T: %v", err, err)
+	require.GreaterOrEqual(t, ae.status, 400)
+	require.Less(t, ae.status, 500)
+	require.NotEmpty(t, ae.message)
+	require.Equal(t, typeInvalidRequest, ae.typ)
+}
+
+// requireValidInput holds every decoded text to the classifier's needs.
+func requireValidInput(t *testing.T, in textInput) {
+	t.Helper()
+	require.NotEmpty(t, in.input)
+	require.True(t, utf8.ValidString(in.input))
+	require.LessOrEqual(t, len(in.input), fuzzLimits.maxTextBytes)
+	require.Equal(t, in.input, normalize(in.input))
+}
+
+var decodeSeeds = []string{
+	`{"text":"hello"}`,
+	`{"text":"hello","context":"world"}`,
+	`{"text":"  spaced \n out  "}`,
+	`{"text":""}`,
+	`{"text":null}`,
+	`{"text":5}`,
+	`{"text":"x","extra":1}`,
+	`{"texts":["a",{"text":"b","context":"c"}]}`,
+	`{"texts":[]}`,
+	`{"texts":[1,2]}`,
+	`{"messages":[{"role":"user","content":"hi"}]}`,
+	`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"stream":true}`,
+	`{"messages":[{"role":"system","content":"s"}],"context":"c"}`,
+	`{"prompt":"p","context":"c"}`,
+	`{"prompt":["a","b"]}`,
+	`{"prompt":[1,2]}`,
+	`[1,2,3]`,
+	`"string"`,
+	`{"text":"\ud800"}`,
+	"{\"text\":\"\xff\"}",
+	`{"text":"x"} trailing`,
+	``,
+	`{`,
+	`null`,
+}
+
+func FuzzDecodeQueryProcess(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, err := decodeQueryProcess(body, fuzzLimits)
+		if err != nil {
+			requireBadRequest(t, err)
+			return
+		}
+		requireValidInput(t, in)
+	})
+}
+
+func FuzzDecodeClassify(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ins, err := decodeClassify(body, fuzzLimits)
+		if err != nil {
+			requireBadRequest(t, err)
+			return
+		}
+		require.NotEmpty(t, ins)
+		require.LessOrEqual(t, len(ins), fuzzLimits.maxBatchTexts)
+		for _, in := range ins {
+			requireValidInput(t, in)
+		}
+	})
+}
+
+func FuzzDecodeChat(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := decodeChat(body, fuzzLimits)
+		if err != nil {
+			requireBadRequest(t, err)
+			return
+		}
+		requireValidInput(t, p.text)
+		if p.context {
+			out, err := withoutField(body, "context")
+			require.NoError(t, err)
+			require.NotContains(t, string(out), `"context":`)
+		}
+	})
+}
+
+func FuzzDecodeCompletion(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := decodeCompletion(body, fuzzLimits)
+		if err != nil {
+			requireBadRequest(t, err)
+			return
+		}
+		requireValidInput(t, p.text)
+	})
+}
+
+func TestDecodeChatPicksTheLastUserMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, input, prompt string
+	}{
+		{"string content", `{"messages":[{"role":"user","content":"first"},{"role":"assistant","content":"reply"},{"role":"user","content":"second"}]}`,
+			"second", "user: first\nassistant: reply\nuser: second\n"},
+		{"parts: first is instruction, rest context", `{"messages":[{"role":"user","content":[{"type":"text","text":"Sum up"},{"type":"text","text":"doc A"},{"type":"text","text":"doc B"}]}]}`,
+			"Sum up [SEP] doc A doc B", "user: Sum updoc Adoc B\n"},
+		{"top-level context", `{"messages":[{"role":"user","content":[{"type":"text","text":"Sum"},{"type":"text","text":"up"}]}],"context":"the doc"}`,
+			"Sum up [SEP] the doc", "user: Sumup\n"},
+		{"system only before user", `{"messages":[{"role":"system","content":"sys"},{"role":"user","content":"q"},{"role":"tool","content":"t"}]}`,
+			"q", "system: sys\nuser: q\ntool: t\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := decodeChat([]byte(tc.body), limits{maxTextBytes: 1000, maxBatchTexts: 1})
+			require.NoError(t, err)
+			require.Equal(t, tc.input, p.text.input)
+			require.Equal(t, tc.prompt, p.prompt)
+		})
+	}
+}
+
+func TestErrorResponseMapsEveryErrorInOnePlace(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	ue := &upstream.UpstreamError{Pool: "fast", Replica: "r", Err: errors.New("connection refused")}
+	for _, tc := range []struct {
+		err        error
+		status     int
+		retryAfter string
+	}{
+		{badRequest("x", "text", "bad"), 400, ""},
+		{fiber.ErrNotFound, 404, ""},
+		{fiber.ErrRequestEntityTooLarge, 413, ""},
+		{fmt.Errorf("submit: %w", batcher.ErrQueueFull), 429, "1"},
+		{fmt.Errorf("pool fast: %w", upstream.ErrRejected), 429, "1"},
+		{fmt.Errorf("pool fast: %w", upstream.ErrNoHealthyReplica), 503, "1"},
+		{&upstream.UpstreamError{Err: fmt.Errorf("%w: no headers", upstream.ErrUpstreamTimeout)}, 504, ""},
+		{context.DeadlineExceeded, 504, ""},
+		{errRequestTimeout, 504, ""},
+		{ue, 502, ""},
+		{&upstreamStatusError{status: 500}, 502, ""},
+		{&upstreamStatusError{status: 429, retryAfter: "7"}, 429, "7"},
+		{fmt.Errorf("pool fast: %w", upstream.ErrInvalidBody), 400, ""},
+		{fmt.Errorf("pool fast: %w %q", upstream.ErrUnknownReplica, "x"), 404, ""},
+		{batcher.ErrClosed, 503, ""},
+		{context.Canceled, 503, ""},
+		{errNoModel, 503, ""},
+		{&reloadError{err: errors.New("bad head")}, 500, ""},
+		{errors.New("something else"), 500, ""},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			ae := errorResponse(tc.err, log)
+			require.Equal(t, tc.status, ae.status)
+			require.Equal(t, tc.retryAfter, ae.retryAfter)
+			require.NotEmpty(t, ae.typ)
+			require.NotEmpty(t, ae.message)
+		})
+	}
+	require.Equal(t, http.StatusInternalServerError, errorResponse(errors.New(strings.Repeat("x", 10)), log).status)
+}

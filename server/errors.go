@@ -1,0 +1,196 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/triage-gw/triage/batcher"
+	"github.com/triage-gw/triage/upstream"
+)
+
+// OpenAI error types used in error bodies.
+const (
+	typeInvalidRequest = "invalid_request_error"
+	typeRateLimit      = "rate_limit_error"
+	typeAuthentication = "authentication_error"
+	typeServer         = "server_error"
+	typeUnavailable    = "service_unavailable"
+	typeTimeout        = "timeout_error"
+	typeUpstream       = "upstream_error"
+)
+
+// apiError is a complete error answer: status, OpenAI-shaped body and, for 429 and 503, a
+// Retry-After value. Handlers return one for input problems; everything else is turned into
+// one by errorResponse.
+type apiError struct {
+	status     int
+	typ        string
+	code       string // "" is written as null
+	param      string // "" is written as null
+	message    string
+	retryAfter string // seconds; "" sends no Retry-After
+}
+
+func (e *apiError) Error() string { return e.message }
+
+// badRequest is a 400 naming the offending parameter.
+func badRequest(code, param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: code, param: param,
+		message: fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the OpenAI error shape: {"error":{"message","type","param","code"}}.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) body() errorBody {
+	d := errorDetail{Message: e.message, Type: e.typ}
+	if e.param != "" {
+		d.Param = &e.param
+	}
+	if e.code != "" {
+		d.Code = &e.code
+	}
+	return errorBody{Error: d}
+}
+
+// Errors of the server itself, mapped by errorResponse.
+var (
+	// errShuttingDown: the gateway is draining and takes no new work.
+	errShuttingDown = errors.New("server is shutting down")
+	// errNoModel: no classifier is loaded (only after Close).
+	errNoModel = errors.New("no classifier model loaded")
+	// errRequestTimeout: server.request_timeout ran out. It wraps context.DeadlineExceeded so
+	// it maps like any deadline.
+	errRequestTimeout = fmt.Errorf("request exceeded server.request_timeout: %w", context.DeadlineExceeded)
+)
+
+// upstreamStatusError is a non-2xx answer of the pool to the query-process execution, which
+// cannot be passed through because that endpoint's body is fixed.
+type upstreamStatusError struct {
+	pool       string
+	replica    string
+	status     int
+	retryAfter string
+}
+
+func (e *upstreamStatusError) Error() string {
+	return fmt.Sprintf("execution on pool %s (replica %s) answered status %d", e.pool, e.replica, e.status)
+}
+
+// reloadError is a refused model reload; Reload has already logged it.
+type reloadError struct{ err error }
+
+func (e *reloadError) Error() string {
+	return "model reload refused, the current model keeps serving: " + e.err.Error()
+}
+func (e *reloadError) Unwrap() error { return e.err }
+
+// errorResponse is the one place where errors become HTTP answers:
+//
+//	*apiError                                  as built (input errors: 400, 401, 404, 413, 415, ...)
+//	*fiber.Error (router, body limit)          its status, OpenAI-shaped
+//	batcher.ErrQueueFull                       429, Retry-After: 1
+//	upstream.ErrRejected                       429, Retry-After: 1
+//	upstream.ErrNoHealthyReplica               503
+//	upstream.ErrUpstreamTimeout, deadline      504
+//	batcher.ErrClosed, shutting down, no model 503 (context.Canceled: cut by shutdown)
+//	*upstream.UpstreamError                    502
+//	non-2xx execution of query-process         429 for 429 (Retry-After passed on), else 502
+//	upstream.ErrInvalidBody                    400
+//	upstream.ErrUnknownReplica                 404
+//	refused model reload                       500 (logged by Reload)
+//	anything else                              500, logged here once
+func errorResponse(err error, log *slog.Logger) *apiError {
+	var (
+		ae  *apiError
+		fe  *fiber.Error
+		ue  *upstream.UpstreamError
+		se  *upstreamStatusError
+		rle *reloadError
+	)
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &fe):
+		return fiberError(fe)
+	case errors.Is(err, batcher.ErrQueueFull):
+		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "classifier_queue_full",
+			message: "the classifier queue is full; retry shortly", retryAfter: "1"}
+	case errors.Is(err, upstream.ErrRejected):
+		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "admission_rejected",
+			message: err.Error(), retryAfter: "1"}
+	case errors.Is(err, upstream.ErrNoHealthyReplica):
+		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_healthy_replica",
+			message: err.Error(), retryAfter: "1"}
+	case errors.Is(err, upstream.ErrUpstreamTimeout), errors.Is(err, context.DeadlineExceeded):
+		return &apiError{status: http.StatusGatewayTimeout, typ: typeTimeout, code: "timeout", message: err.Error()}
+	case errors.Is(err, batcher.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, context.Canceled):
+		// A request's context is cancelled only by the hard stop at the end of the drain
+		// (timeouts are mapped above): it is the shutdown that failed it.
+		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "shutting_down",
+			message: errShuttingDown.Error()}
+	case errors.Is(err, errNoModel):
+		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_model",
+			message: err.Error()}
+	case errors.As(err, &ue):
+		return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_error", message: err.Error()}
+	case errors.As(err, &se):
+		if se.status == http.StatusTooManyRequests {
+			ra := se.retryAfter
+			if ra == "" {
+				ra = "1"
+			}
+			return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "upstream_busy",
+				message: se.Error(), retryAfter: ra}
+		}
+		return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_status", message: se.Error()}
+	case errors.Is(err, upstream.ErrInvalidBody):
+		return badRequest("invalid_body", "", "%v", err)
+	case errors.Is(err, upstream.ErrUnknownReplica):
+		return &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "unknown_replica", param: "replica",
+			message: err.Error()}
+	case errors.As(err, &rle):
+		return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "model_reload_failed",
+			message: rle.Error()}
+	}
+	log.Error("internal error", "err", err)
+	return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "internal_error",
+		message: "internal error"}
+}
+
+// fiberError turns errors raised by fiber itself (no route, wrong method, body too large,
+// malformed request) into OpenAI-shaped ones.
+func fiberError(fe *fiber.Error) *apiError {
+	e := &apiError{status: fe.Code, typ: typeInvalidRequest, message: fe.Message}
+	switch fe.Code {
+	case http.StatusNotFound:
+		e.code = "not_found"
+	case http.StatusMethodNotAllowed:
+		e.code = "method_not_allowed"
+	case http.StatusRequestEntityTooLarge:
+		e.code = "body_too_large"
+		e.message = "request body is larger than server.body_limit"
+	case http.StatusRequestHeaderFieldsTooLarge:
+		e.code = "headers_too_large"
+	case http.StatusRequestTimeout:
+		e.code = "request_timeout"
+	}
+	if fe.Code >= 500 {
+		e.typ = typeServer
+	}
+	return e
+}

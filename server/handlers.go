@@ -1,0 +1,249 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/upstream"
+)
+
+// handleQueryProcess is the seed's contract: classify, decide, execute a small chat
+// completion on the chosen pool, answer {"label":"0"} (fast) or {"label":"1"} (slow).
+func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
+	if err := requireJSON(c); err != nil {
+		return err
+	}
+	in, err := decodeQueryProcess(c.Body(), s.lim)
+	if err != nil {
+		return err
+	}
+	session := strings.Clone(c.Get(HeaderSession))
+	dl := s.newDeadline()
+	defer dl.end()
+	r, err := s.routeText(dl.ctx, rq, in)
+	if err != nil {
+		return dl.err(err)
+	}
+	defer r.release() // the execution below has ended by then: the slot is held exactly that long
+	setRouteHeaders(c, rq, &r)
+	replica, err := s.execute(dl.ctx, r.pool, in, session)
+	if replica != "" {
+		c.Set(HeaderReplica, replica)
+	}
+	if err != nil {
+		return dl.err(err)
+	}
+	label := "0"
+	if r.slow {
+		label = "1"
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.SendString(`{"label":"` + label + `"}`)
+}
+
+// executeRequest is the small chat completion query-process runs on the chosen pool. The
+// model field is filled per replica by the pool (SetModel).
+type executeRequest struct {
+	Messages  []executeMessage `json:"messages"`
+	MaxTokens int              `json:"max_tokens"`
+}
+
+type executeMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// execute runs the text on pool and reads the answer to its end. It returns the replica that
+// answered (when one did). A non-2xx answer is an error: the endpoint's body is fixed, so
+// the status cannot pass through.
+func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput, session string) (string, error) {
+	content := in.instruction
+	if strings.TrimSpace(in.context) != "" {
+		content += "\n\n" + in.context
+	}
+	body, err := json.Marshal(executeRequest{
+		Messages:  []executeMessage{{Role: "user", Content: content}},
+		MaxTokens: s.cfg.Server.QueryProcessMaxTokens,
+	})
+	if err != nil {
+		return "", fmt.Errorf("encode execution request: %w", err)
+	}
+	prompt := "user: " + content + "\n"
+	resp, err := pool.Do(ctx, &upstream.ForwardRequest{
+		Method:   http.MethodPost,
+		Path:     "/v1/chat/completions",
+		Body:     body,
+		SetModel: true,
+		Routing:  upstream.Request{Prompt: prompt, InputTokens: len(prompt) / 4, Session: session},
+	})
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.Status < 200 || resp.Status > 299 {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return resp.ReplicaID, &upstreamStatusError{pool: pool.Name(), replica: resp.ReplicaID,
+			status: resp.Status, retryAfter: resp.Header.Get("Retry-After")}
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return resp.ReplicaID, err
+	}
+	return resp.ReplicaID, nil
+}
+
+// classifyResult is one text's answer from /v1/classify.
+type classifyResult struct {
+	PSlow        float64 `json:"p_slow"`
+	ModelLabel   int     `json:"model_label"`
+	Label        int     `json:"label"`
+	Path         string  `json:"path"`
+	Reason       string  `json:"reason"`
+	Threshold    float64 `json:"threshold"`
+	Load         float64 `json:"load"`
+	Cache        string  `json:"cache"`
+	Tokens       int     `json:"tokens"`
+	ModelVersion string  `json:"model_version"`
+}
+
+type classifyResponse struct {
+	Results []classifyResult `json:"results"`
+}
+
+// handleClassify scores and decides every text without executing anything. The decisions
+// are what a routed request would get now, except that the slow-path semaphore is only
+// looked at, never taken.
+func (s *Server) handleClassify(c *fiber.Ctx, _ *request) error {
+	if err := requireJSON(c); err != nil {
+		return err
+	}
+	ins, err := decodeClassify(c.Body(), s.lim)
+	if err != nil {
+		return err
+	}
+	dl := s.newDeadline()
+	defer dl.end()
+	out := make([]classifyResult, len(ins))
+	errs := make([]error, len(ins))
+	one := func(i int) {
+		sc, err := s.score(dl.ctx, ins[i].input)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		out[i] = resultFor(s.decide(sc, false))
+	}
+	if len(ins) == 1 {
+		one(0)
+	} else {
+		// Submitted together, the texts share batches.
+		var wg sync.WaitGroup
+		for i := range ins {
+			wg.Go(func() { one(i) })
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return dl.err(err)
+		}
+	}
+	return sendJSON(c, http.StatusOK, classifyResponse{Results: out})
+}
+
+func resultFor(r route) classifyResult {
+	res := classifyResult{
+		PSlow:        round6(float64(r.res.PSlow)),
+		ModelLabel:   classifier.FastLabel,
+		Label:        classifier.FastLabel,
+		Path:         r.path(),
+		Reason:       string(r.reason),
+		Threshold:    round6(r.Threshold),
+		Load:         round6(r.Load),
+		Cache:        r.cacheResult(),
+		Tokens:       r.res.Tokens,
+		ModelVersion: r.version,
+	}
+	if r.res.PSlow > classifier.LabelCutoff {
+		res.ModelLabel = classifier.SlowLabel
+	}
+	if r.slow {
+		res.Label = classifier.SlowLabel
+	}
+	return res
+}
+
+// round6 keeps float32 noise (0.8700000047683716) out of JSON.
+func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }
+
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+// handleModels lists the configured model names of both pools' replicas (no upstream call).
+// Requests may name any model: the gateway rewrites it to the chosen pool's.
+func (s *Server) handleModels(c *fiber.Ctx, _ *request) error {
+	list := modelList{Object: "list", Data: []modelCard{}}
+	seen := map[string]bool{}
+	for _, p := range []*upstream.Pool{s.fast, s.slow} {
+		for _, r := range p.Replicas() {
+			if r.Model == "" || seen[r.Model] {
+				continue
+			}
+			seen[r.Model] = true
+			list.Data = append(list.Data, modelCard{ID: r.Model, Object: "model", Created: s.startedAt.Unix(), OwnedBy: "triage/" + p.Name()})
+		}
+	}
+	return sendJSON(c, http.StatusOK, list)
+}
+
+// handleHealthz is liveness: the process serves HTTP.
+func (s *Server) handleHealthz(c *fiber.Ctx, _ *request) error {
+	return sendJSON(c, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+type readiness struct {
+	Ready    bool `json:"ready"`
+	Model    bool `json:"model_loaded"`
+	FastPool bool `json:"fast_pool_healthy"`
+	SlowPool bool `json:"slow_pool_healthy"`
+	Draining bool `json:"draining"`
+}
+
+func (s *Server) readiness() readiness {
+	r := readiness{
+		Model:    s.models.version() != "",
+		FastPool: s.fast.Healthy(),
+		SlowPool: s.slow.Healthy(),
+		Draining: s.draining.Load(),
+	}
+	r.Ready = r.Model && r.FastPool && r.SlowPool && !r.Draining
+	return r
+}
+
+// handleReadyz is readiness: a model is loaded, each pool has a healthy replica and the
+// server is not draining. 503 otherwise, with the failing checks in the body.
+func (s *Server) handleReadyz(c *fiber.Ctx, _ *request) error {
+	r := s.readiness()
+	status := http.StatusOK
+	if !r.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	return sendJSON(c, status, r)
+}

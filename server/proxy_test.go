@@ -1,0 +1,213 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/upstream"
+)
+
+func TestChatProxiesToTheChosenPoolWithItsModel(t *testing.T) {
+	fastURL, slowURL := simUpstream(t, "sim-fast", "mock-fast"), simUpstream(t, "sim-slow", "mock-slow")
+	cfg := testConfig([]string{fastURL}, []string{slowURL})
+	cfg.Pools.Fast.Model, cfg.Pools.Slow.Model = "mock-fast", "mock-slow"
+	model := newFakeModel("v1")
+	_, url, _ := run(t, cfg, Options{Load: func() (Model, error) { return model, nil }})
+
+	for _, tc := range []struct{ text, model, path string }{
+		{"hello p=0.1", "mock-fast", "fast"},
+		{"write an epic p=0.9", "mock-slow", "slow"},
+	} {
+		resp, body := postJSON(t, url+"/v1/chat/completions",
+			`{"model":"whatever","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"`+tc.text+`"}],"max_tokens":3}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, tc.path, resp.Header.Get(HeaderPath))
+		require.Equal(t, tc.path+"-0", resp.Header.Get(HeaderReplica))
+		require.Equal(t, "sim-"+tc.path, resp.Header.Get("x-mockllm-replica"), "upstream headers pass through")
+		var out struct {
+			Model   string `json:"model"`
+			Choices []struct {
+				Message struct{ Content string } `json:"message"`
+			} `json:"choices"`
+		}
+		require.NoError(t, json.Unmarshal(body, &out))
+		require.Equal(t, tc.model, out.Model, "the model is rewritten to the chosen pool's")
+		require.NotEmpty(t, out.Choices[0].Message.Content)
+	}
+	require.Equal(t, []string{"hello p=0.1", "write an epic p=0.9"}, model.seen()[1:], "the last user message is classified")
+
+	resp, body := postJSON(t, url+"/v1/completions", `{"prompt":"once upon a time p=0.95","max_tokens":2}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, "slow", resp.Header.Get(HeaderPath))
+	require.Contains(t, string(body), `"model":"mock-slow"`)
+
+	resp, body = do(t, http.MethodGet, url+"/v1/models", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), `"id":"mock-fast"`)
+	require.Contains(t, string(body), `"id":"mock-slow"`)
+}
+
+func TestChatContextForwardingAndRouting(t *testing.T) {
+	ts := startServer(t)
+	// Multi-part content: the first text part is the instruction, later ones the context.
+	resp, body := postJSON(t, ts.url+"/v1/chat/completions", `{"messages":[
+		{"role":"user","content":"earlier turn"},
+		{"role":"assistant","content":null},
+		{"role":"user","content":[{"type":"text","text":"Summarise"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"The  document."}]}
+	],"user":"alice","temperature":0.2}`, "Authorization", "Bearer client-secret", "X-Request-Id", "req-1")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, ts.model.seen(), "Summarise [SEP] The document.")
+	got := ts.fast.requests()[0]
+	require.Equal(t, "model-fast", got.body["model"])
+	require.Equal(t, 0.2, got.body["temperature"], "unknown fields pass through")
+	require.Equal(t, "alice", got.body["user"])
+	require.Empty(t, got.header.Get("Authorization"), "the client's credentials stay at the gateway")
+	require.Equal(t, "req-1", got.header.Get("X-Request-Id"))
+
+	// A top-level "context" is the context and is not forwarded.
+	resp, body = postJSON(t, ts.url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Answer <briefly>"}],"context":"Attached & quoted."}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, ts.model.seen(), "Answer <briefly> [SEP] Attached & quoted.")
+	got = ts.fast.requests()[1]
+	require.NotContains(t, got.body, "context")
+	require.Equal(t, "Answer <briefly>", got.body["messages"].([]any)[0].(map[string]any)["content"])
+}
+
+func TestUpstreamStatusAndBodyPassThrough(t *testing.T) {
+	ts := startServer(t)
+	ts.fast.onGenerate = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Upstream", "yes")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		w.Write([]byte(`{"error":{"message":"bad temperature"}}`))
+	}
+	resp, body := postJSON(t, ts.url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
+	require.Equal(t, `{"error":{"message":"bad temperature"}}`, string(body))
+	require.Equal(t, "yes", resp.Header.Get("X-Upstream"))
+	require.Equal(t, "fast", resp.Header.Get(HeaderPath))
+}
+
+// TestStreamingPassesChunksAsTheyArrive proves the proxy does not buffer: the client reads
+// the first event while the replica is still holding back the second. The slow slot stays
+// held until the stream has ended.
+func TestStreamingPassesChunksAsTheyArrive(t *testing.T) {
+	g := newGate()
+	ts := startServer(t)
+	ts.slow.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: {\"n\":1}\n\n"))
+		w.(http.Flusher).Flush()
+		if !g.wait(r) {
+			return
+		}
+		w.Write([]byte("data: {\"n\":2}\n\ndata: [DONE]\n\n"))
+	}
+	resp, err := http.Post(ts.url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"tell me a story p=0.9"}]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.Equal(t, "slow", resp.Header.Get(HeaderPath))
+
+	rd := bufio.NewReader(resp.Body)
+	line, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "data: {\"n\":1}\n", line, "the first event arrives before the replica sends the rest")
+	require.Equal(t, 1, ts.sem.Active(), "the slow slot is held while the stream runs")
+
+	g.release()
+	rest, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	require.Equal(t, "\ndata: {\"n\":2}\n\ndata: [DONE]\n\n", string(rest))
+	eventually(t, func() bool { return ts.sem.Active() == 0 && ts.active.count() == 0 }, "slot and request released when the stream ends")
+}
+
+// TestClientGoneCancelsUpstream: when the client disconnects mid-stream, the next write
+// fails, the upstream body is closed and the replica sees its request cancelled.
+func TestClientGoneCancelsUpstream(t *testing.T) {
+	cancelled := make(chan struct{})
+	ts := startServer(t)
+	ts.slow.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			w.Write([]byte("data: {}\n\n"))
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				close(cancelled)
+				return
+			case <-tick.C:
+			}
+		}
+	}
+	resp, err := http.Post(ts.url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"endless p=0.9"}]}`))
+	require.NoError(t, err)
+	_, err = bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, 1, ts.sem.Active())
+	resp.Body.Close() // the client goes away
+
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream request was not cancelled after the client left")
+	}
+	eventually(t, func() bool { return ts.sem.Active() == 0 && ts.active.count() == 0 }, "slot and request released")
+}
+
+func TestProxyErrorsMapToStatuses(t *testing.T) {
+	chat := `{"messages":[{"role":"user","content":"hi p=0.1"}]}`
+
+	t.Run("no healthy replica is 503", func(t *testing.T) {
+		ts := startServer(t)
+		require.NoError(t, ts.Server.fast.Drain("fast-0"))
+		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
+		require.Equal(t, "no_healthy_replica", *apiErr(t, body).Code)
+	})
+	t.Run("admission rejection is 429", func(t *testing.T) {
+		ts := startServer(t, func(c *config.Config, _ *Options) { c.Pools.Fast.Admission.Name = upstream.AdmitRejectAll })
+		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, string(body))
+		require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	})
+	t.Run("unreachable replica is 502", func(t *testing.T) {
+		ts := startServer(t)
+		ts.fast.srv.Close()
+		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, string(body))
+		require.Equal(t, "upstream_error", *apiErr(t, body).Code)
+	})
+	t.Run("request timeout is 504", func(t *testing.T) {
+		g := newGate()
+		defer g.release()
+		ts := startServer(t, func(c *config.Config, _ *Options) { c.Server.RequestTimeout = 200 * time.Millisecond })
+		ts.fast.onGenerate = func(_ http.ResponseWriter, r *http.Request, _ []byte) { g.wait(r) }
+		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
+		require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, string(body))
+		require.Contains(t, apiErr(t, body).Message, "server.request_timeout")
+	})
+	t.Run("first-byte timeout is 504", func(t *testing.T) {
+		g := newGate()
+		defer g.release()
+		ts := startServer(t, func(c *config.Config, _ *Options) {
+			c.Pools.Fast.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
+		})
+		ts.fast.onGenerate = func(_ http.ResponseWriter, r *http.Request, _ []byte) { g.wait(r) }
+		resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"p=0.1"}`)
+		require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, string(body))
+	})
+}
