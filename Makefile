@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup build run test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
+.PHONY: all setup setup-prom build run test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
 
 all: build
 
@@ -35,7 +35,14 @@ run: build
 
 test: setup test-go test-notebook test-python
 
-test-go:
+# promtool and prometheus (Debian package) for the deployment checks in deploy/;
+# not part of `setup` because it needs root (apt-get).
+setup-prom:
+	@scripts/setup.sh prom
+
+# build first: deploy/ starts the real gateway, built with these same flags, so
+# its own `go build` is then only a link step.
+test-go: setup-prom build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 

@@ -7,13 +7,17 @@
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
 #   scripts/setup.sh            all steps
-#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv)
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv prom)
+#
+# `prom` is not part of the default set: it installs the Debian package
+# prometheus (promtool and the server, for the deploy/ checks) and needs root;
+# `make test` runs it.
 #
 # A failed step stops the script with "setup: step <name> failed: <why>".
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEPS="${TRIAGE_DEPS:-$ROOT/.deps}"
+DEPS="${DEPS_DIR:-$ROOT/.deps}"
 DL="$DEPS/downloads"
 
 # --- pins -------------------------------------------------------------------
@@ -133,12 +137,39 @@ step_venv() {
   say "installed $venv"
 }
 
+# Prometheus for the deployment checks (deploy/): promtool validates
+# docker/prometheus/*.yml and a real server scrapes a running gateway. From
+# Debian's own archive (verified by apt's signed indexes); the Debian package
+# is what CI has, so the tests pin no upstream release. Recommends are skipped
+# (node-exporter is not needed) and no service is started.
+step_prom() {
+  STEP=prom
+  if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+    say "ok ($(command -v promtool), $(command -v prometheus))"; return
+  fi
+  command -v apt-get >/dev/null 2>&1 \
+    || fail "promtool/prometheus missing and apt-get not available: install Prometheus 2.x so both are on PATH"
+  [ "$(id -u)" = 0 ] \
+    || fail "promtool/prometheus missing: run 'sudo apt-get install -y --no-install-recommends prometheus' (or this step as root)"
+  say "installing the Debian package prometheus with apt-get"
+  if ! apt-cache show prometheus >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update"
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+    || fail "apt-get install prometheus"
+  # The package's postinst may start the service where an init system runs;
+  # the checks start their own server on a free port, so that one is not needed.
+  command -v promtool >/dev/null 2>&1 || fail "promtool not on PATH after installing prometheus"
+  command -v prometheus >/dev/null 2>&1 || fail "prometheus not on PATH after installing prometheus"
+  say "installed $(prometheus --version 2>&1 | head -1)"
+}
+
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
 for s in "${steps[@]}"; do
   case "$s" in
-    ort|tok|encoders|venv) "step_$s" ;;
-    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv)" ;;
+    ort|tok|encoders|venv|prom) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv prom)" ;;
   esac
 done
 STEP=done
