@@ -62,8 +62,11 @@ bench: bench-classifier bench-gateway
 bench-classifier: setup
 	$(GO) test -run '^$$' -bench Classify -benchtime 3s -timeout 30m ./classifier/
 
+# The gateway scenarios (starts bin/triage itself) and the replica-policy sweep;
+# results land in bench/results/ (see bench/README.md).
 bench-gateway: build
-	bin/triage-bench $(ARGS)
+	bin/triage-bench gateway --out bench/results $(ARGS)
+	bin/triage-bench policies --out bench/results --plot $(ARGS)
 
 train: setup
 	cd train && $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=3600 classifier.ipynb

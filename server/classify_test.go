@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,7 +44,15 @@ func TestClassifyReportsEveryTextWithoutExecuting(t *testing.T) {
 	require.Equal(t, 0, ts.sem.Active(), "classify never takes a slow slot")
 
 	ts.cache.wait()
-	res = classify(t, ts.url, `{"text": "story p=0.87", "context": "about cats"}`)
+	resp, b := postJSON(t, ts.url+"/v1/classify", `{"text": "story p=0.87", "context": "about cats"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	lat, err := strconv.ParseFloat(resp.Header.Get(HeaderLatency), 64)
+	require.NoError(t, err, "x-router-latency is a decimal number of milliseconds")
+	require.GreaterOrEqual(t, lat, 0.0)
+	require.Contains(t, resp.Header.Get("Server-Timing"), `cache;desc="hit"`)
+	var one classifyResponse
+	require.NoError(t, json.Unmarshal(b, &one))
+	res = one.Results
 	require.Len(t, res, 1)
 	require.Equal(t, "hit", res[0].Cache)
 	require.Equal(t, "slow_granted", res[0].Reason)

@@ -121,7 +121,7 @@ type classifyResponse struct {
 // handleClassify scores and decides every text without executing anything. The decisions
 // are what a routed request would get now, except that the slow-path semaphore is only
 // looked at, never taken.
-func (s *Server) handleClassify(c *fiber.Ctx, _ *request) error {
+func (s *Server) handleClassify(c *fiber.Ctx, rq *request) error {
 	if err := requireJSON(c); err != nil {
 		return err
 	}
@@ -132,6 +132,7 @@ func (s *Server) handleClassify(c *fiber.Ctx, _ *request) error {
 	dl := s.newDeadline()
 	defer dl.end()
 	out := make([]classifyResult, len(ins))
+	routes := make([]route, len(ins))
 	errs := make([]error, len(ins))
 	one := func(i int) {
 		sc, err := s.score(dl.ctx, ins[i].input)
@@ -139,7 +140,8 @@ func (s *Server) handleClassify(c *fiber.Ctx, _ *request) error {
 			errs[i] = err
 			return
 		}
-		out[i] = resultFor(s.decide(sc, false))
+		routes[i] = s.decide(sc, false)
+		out[i] = resultFor(routes[i])
 	}
 	if len(ins) == 1 {
 		one(0)
@@ -155,6 +157,18 @@ func (s *Server) handleClassify(c *fiber.Ctx, _ *request) error {
 		if err != nil {
 			return dl.err(err)
 		}
+	}
+	// x-router-latency: arrival to the last text's decision. Server-Timing breaks a single
+	// text's time down like a routed request's; for several texts the parts overlap.
+	last := routes[0].decided
+	for _, r := range routes[1:] {
+		if r.decided.After(last) {
+			last = r.decided
+		}
+	}
+	c.Set(HeaderLatency, millis(last.Sub(rq.arrival)))
+	if len(routes) == 1 {
+		setServerTiming(c, &routes[0])
 	}
 	return sendJSON(c, http.StatusOK, classifyResponse{Results: out})
 }

@@ -202,6 +202,12 @@ func setRouteHeaders(c *fiber.Ctx, rq *request, r *route) {
 	c.Set(HeaderThreshold, strconv.FormatFloat(r.Threshold, 'f', 4, 64))
 	c.Set(HeaderCache, r.cacheResult())
 	c.Set(HeaderLatency, millis(r.decided.Sub(rq.arrival)))
+	setServerTiming(c, r)
+}
+
+// setServerTiming writes the standard Server-Timing header: cache lookup, batcher queue,
+// inference and decision, in milliseconds.
+func setServerTiming(c *fiber.Ctx, r *route) {
 	c.Set(fiber.HeaderServerTiming, fmt.Sprintf(`cache;desc="%s";dur=%s, queue;dur=%s, inference;dur=%s, decision;dur=%s`,
 		r.cacheResult(), millis(r.cache), millis(r.queue), millis(r.inference), millis(r.decide)))
 }

@@ -1,0 +1,78 @@
+// Command triage-bench is Triage's load generator and policy evaluation.
+//
+//	triage-bench policies [flags]   replica-policy sweep on simulated replicas (no gateway needed)
+//	triage-bench gateway [flags]    gateway benchmarks against a bin/triage subprocess
+//	triage-bench hello [flags]      bare net/http hello-world server, the HTTP baseline
+//
+// Every run is bounded in time and request count, and all traffic stays on
+// 127.0.0.1. Run a subcommand with -h for its flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "triage-bench:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `Usage: triage-bench <command> [flags]
+
+Commands:
+  policies   replay a seeded multi-turn Dolly chat trace against simulated
+             replicas once per replica policy; report TTFT, E2E, prefix-cache
+             hit rate, per-replica load and Jain's index
+  gateway    start bin/triage as a subprocess and run the gateway scenarios
+             (seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost)
+  hello      serve a bare net/http hello world (the HTTP baseline of conc-hit)
+
+Run "triage-bench <command> -h" for a command's flags and defaults.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "policies":
+		return runPolicies(ctx, args[1:], stdout, stderr)
+	case "gateway":
+		return runGateway(ctx, args[1:], stdout, stderr)
+	case "hello":
+		return runHello(ctx, args[1:], stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// commandLine renders how this run was invoked, for report headers.
+func commandLine(sub string, args []string) string {
+	parts := append([]string{"triage-bench", sub}, args...)
+	for i, p := range parts {
+		if strings.ContainsAny(p, " \t\"'") {
+			parts[i] = fmt.Sprintf("%q", p)
+		}
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,521 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/triage-gw/triage/sim"
+	"github.com/triage-gw/triage/upstream"
+)
+
+// sweepPolicies are the policies the sweep compares, in report order.
+// "lmetric-sticky" and "lmetric-unified" are the lmetric policy with its
+// variant set.
+var sweepPolicies = []string{
+	"round-robin", "random", "least-request", "prefix-cache",
+	"lmetric", "lmetric-sticky", "lmetric-unified", "weighted", "vtc-basic",
+}
+
+// cacheAware are the policies that look at prompt prefixes.
+var cacheAware = []string{"prefix-cache", "lmetric", "lmetric-sticky", "lmetric-unified", "weighted"}
+
+// sweepConfig is everything the policies subcommand needs.
+type sweepConfig struct {
+	Replicas       int           `json:"replicas"`
+	Policies       []string      `json:"policies"`
+	Sim            sim.Config    `json:"-"`
+	MaxTokens      int           `json:"max_tokens"`
+	ScrapeInterval time.Duration `json:"scrape_interval_ns"`
+	Drain          time.Duration `json:"drain_ns"`
+	Trace          TraceConfig   `json:"trace"`
+
+	dolly      string
+	out        string
+	plot       bool
+	python     string
+	plotScript string
+}
+
+// defaultSweepSim is a replica on which prefill dominates: a cold 1,500-token
+// system prompt costs about 245 ms, a warm turn a few ms; 4 slots per
+// replica so queueing shows when a policy piles requests on one replica;
+// a KV cache of 1,500 64-byte blocks (24k tokens), too small to hold every
+// open session's history on every replica (the trace's working set is
+// several times that).
+func defaultSweepSim() sim.Config {
+	c := sim.FastPreset()
+	c.Name = "replica"
+	c.Model = "mock-sweep"
+	c.MaxRunning = 4
+	c.MaxWaiting = 1024
+	c.TTFTBase = 20 * time.Millisecond
+	c.PrefillPerToken = 150 * time.Microsecond
+	c.DecodePerToken = 10 * time.Millisecond
+	c.Jitter = 0.1
+	c.BlockChars = 64
+	c.KVCacheBlocks = 1500
+	c.DefaultMaxTokens = 16
+	return c
+}
+
+func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
+	fs := flag.NewFlagSet("triage-bench policies", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &sweepConfig{Sim: defaultSweepSim(), Trace: DefaultTraceConfig()}
+	t := &c.Trace
+	policies := strings.Join(sweepPolicies, ",")
+
+	fs.IntVar(&c.Replicas, "replicas", 4, "simulated replicas (sim servers on 127.0.0.1:0, fresh for every policy)")
+	fs.StringVar(&policies, "policies", policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
+	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the prompts come from")
+	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", time.Second, "how often the pool scrapes each replica's /metrics (queue depth, KV use)")
+	fs.DurationVar(&c.Drain, "drain", 20*time.Second, "after the last arrival, how long to wait for answers before cutting them (counted as errors)")
+	fs.StringVar(&c.out, "out", "", "directory for results.json, results.csv and table.md (empty: stdout only)")
+	fs.BoolVar(&c.plot, "plot", false, "run --plot-script on results.csv to draw policies.png into --out")
+	fs.StringVar(&c.python, "python", ".deps/venv/bin/python", "Python interpreter with matplotlib, for --plot")
+	fs.StringVar(&c.plotScript, "plot-script", "bench/plot_policies.py", "plotting script, for --plot")
+
+	// Trace.
+	fs.Uint64Var(&t.Seed, "seed", t.Seed, "seed of the trace (and of the random policy)")
+	fs.Float64Var(&t.Rate, "rate", t.Rate, "Poisson arrival rate, requests per second")
+	fs.DurationVar(&t.Duration, "duration", t.Duration, "arrival window per policy")
+	fs.IntVar(&t.Requests, "requests", t.Requests, "cap on requests per policy (0: only --duration bounds it)")
+	fs.IntVar(&t.SystemPrompts, "system-prompts", t.SystemPrompts, "distinct shared system prompts")
+	fs.IntVar(&t.SystemTokens, "system-tokens", t.SystemTokens, "size of each system prompt in tokens (4 bytes each)")
+	fs.IntVar(&t.ActiveSessions, "active-sessions", t.ActiveSessions, "sessions open at once")
+	fs.Float64Var(&t.HeavyFraction, "heavy-fraction", t.HeavyFraction, "share of sessions that are heavy (more turns, long documents)")
+	fs.IntVar(&t.LightTurnsMin, "light-turns-min", t.LightTurnsMin, "fewest turns of a light session")
+	fs.IntVar(&t.LightTurnsMax, "light-turns-max", t.LightTurnsMax, "most turns of a light session")
+	fs.IntVar(&t.HeavyTurnsMin, "heavy-turns-min", t.HeavyTurnsMin, "fewest turns of a heavy session")
+	fs.IntVar(&t.HeavyTurnsMax, "heavy-turns-max", t.HeavyTurnsMax, "most turns of a heavy session")
+	fs.IntVar(&t.LightContext, "light-context-bytes", t.LightContext, "cap on the Dolly context attached to a light turn")
+	fs.IntVar(&t.HeavyContext, "heavy-context-bytes", t.HeavyContext, "cap on the Dolly context attached to a heavy turn")
+	fs.IntVar(&t.AnswerBytes, "answer-bytes", t.AnswerBytes, "cap on each assistant message kept in the history")
+	fs.DurationVar(&t.MinThink, "min-think", t.MinThink, "least planned gap between two turns of a session")
+	fs.IntVar(&t.Users, "users", t.Users, "distinct users (vtc-basic's fairness key)")
+
+	// Replicas.
+	s := &c.Sim
+	fs.IntVar(&s.MaxRunning, "max-running", s.MaxRunning, "batch slots per replica")
+	fs.IntVar(&s.MaxWaiting, "max-waiting", s.MaxWaiting, "queue bound per replica (beyond it 429)")
+	fs.DurationVar(&s.TTFTBase, "ttft-base", s.TTFTBase, "fixed part of each replica's time to first token")
+	fs.DurationVar(&s.PrefillPerToken, "prefill-per-token", s.PrefillPerToken, "prefill time per prompt token not in the replica's prefix cache")
+	fs.DurationVar(&s.DecodePerToken, "decode-per-token", s.DecodePerToken, "time between output tokens")
+	fs.Float64Var(&s.Jitter, "jitter", s.Jitter, "per-request latency factor half-width")
+	fs.IntVar(&s.BlockChars, "block-chars", s.BlockChars, "replica prefix-cache block size in bytes")
+	fs.IntVar(&s.KVCacheBlocks, "kv-blocks", s.KVCacheBlocks, "replica prefix-cache capacity in blocks")
+	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max_tokens of every request (output length)")
+
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: triage-bench policies [flags]
+
+Replays one seeded multi-turn chat trace built from Dolly prompts (shared
+system prompts, growing histories, some heavy sessions, Poisson arrivals)
+against fresh simulated replicas once per replica policy, through
+upstream.Pool with streaming chat requests, and reports TTFT and end-to-end
+latency, prefix-cache hit rate, per-replica load (max/mean) and Jain's
+fairness index. Everything runs in this process on 127.0.0.1.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("policies: unexpected arguments %q", fs.Args())
+	}
+	for _, p := range strings.Split(policies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if _, err := policyConfig(p, 0); err != nil {
+			return nil, err
+		}
+		c.Policies = append(c.Policies, p)
+	}
+	var errs []error
+	if len(c.Policies) == 0 {
+		errs = append(errs, errors.New("policies: --policies is empty"))
+	}
+	if c.Replicas < 1 {
+		errs = append(errs, fmt.Errorf("policies: --replicas must be >= 1, got %d", c.Replicas))
+	}
+	if c.MaxTokens < 1 {
+		errs = append(errs, fmt.Errorf("policies: --max-tokens must be >= 1, got %d", c.MaxTokens))
+	}
+	if c.Drain <= 0 {
+		errs = append(errs, fmt.Errorf("policies: --drain must be > 0, got %s", c.Drain))
+	}
+	if c.ScrapeInterval < 0 {
+		errs = append(errs, fmt.Errorf("policies: --scrape-interval must be >= 0, got %s", c.ScrapeInterval))
+	}
+	s.DefaultMaxTokens = c.MaxTokens
+	s.MaxOutputTokens = max(s.MaxOutputTokens, c.MaxTokens)
+	errs = append(errs, s.Validate(), t.Validate())
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// policyConfig maps a sweep policy name to the pool's policy config. The
+// policies keep their defaults: the sweep compares them, it does not tune
+// them. Only the random policy's seed is fixed, for reproducibility.
+func policyConfig(name string, seed uint64) (upstream.PolicyConfig, error) {
+	pc := upstream.DefaultPolicyConfig()
+	pc.Random.Seed = seed + 1
+	switch name {
+	case "lmetric-sticky":
+		pc.Name, pc.LMetric.Variant = upstream.PolicyLMetric, upstream.LMetricSticky
+	case "lmetric-unified":
+		pc.Name, pc.LMetric.Variant = upstream.PolicyLMetric, upstream.LMetricUnified
+	default:
+		pc.Name = name
+	}
+	if err := pc.Validate(); err != nil {
+		return pc, fmt.Errorf("policy %q: %w", name, err)
+	}
+	return pc, nil
+}
+
+// PolicyResult is one policy's outcome.
+type PolicyResult struct {
+	Policy   string  `json:"policy"`
+	Requests int     `json:"requests"`
+	OK       int     `json:"ok"`
+	Errors   int     `json:"errors"`
+	Held     int     `json:"held"` // turns sent late because the previous turn was still running
+	TTFT     Summary `json:"ttft"`
+	E2E      Summary `json:"e2e"`
+	// HitRate is prefix-cache hit tokens / looked-up prompt tokens, summed
+	// over the replicas (their own counters).
+	HitRate       float64 `json:"prefix_hit_rate"`
+	PrefillTokens int64   `json:"prefill_tokens"` // prompt tokens not served from cache
+	PerReplica    []int   `json:"per_replica_requests"`
+	LoadMaxMean   float64 `json:"load_max_over_mean"`
+	Jain          float64 `json:"jain_index"`
+	Wall          float64 `json:"wall_s"`
+	// TimerLate is how late a 10 ms timer fired during the replay: the
+	// machine's scheduling noise, which stretches every latency here.
+	TimerLate   Summary `json:"timer_late"`
+	ErrorSample string  `json:"error_sample,omitempty"`
+}
+
+// requestResult is one replayed request.
+type requestResult struct {
+	ok      bool
+	held    bool
+	replica string
+	timing  StreamTiming
+	err     string
+}
+
+// preparedRequest is a trace request with its body marshalled ahead of
+// the replay, so encoding costs nothing during the timed part.
+type preparedRequest struct {
+	tr   *TraceRequest
+	body []byte
+}
+
+type chatBody struct {
+	Model     string        `json:"model"`
+	Messages  []chatMessage `json:"messages"`
+	Stream    bool          `json:"stream"`
+	MaxTokens int           `json:"max_tokens"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func prepare(tr *Trace, model string, maxTokens int) ([]preparedRequest, error) {
+	out := make([]preparedRequest, len(tr.Requests))
+	for i := range tr.Requests {
+		r := &tr.Requests[i]
+		msgs := make([]chatMessage, len(r.Messages))
+		for j, m := range r.Messages {
+			msgs[j] = chatMessage{Role: m.Role, Content: m.Content}
+		}
+		b, err := json.Marshal(chatBody{Model: model, Messages: msgs, Stream: true, MaxTokens: maxTokens})
+		if err != nil {
+			return nil, fmt.Errorf("marshal request %d: %w", i, err)
+		}
+		out[i] = preparedRequest{tr: r, body: b}
+	}
+	return out, nil
+}
+
+// runPolicies is the policies subcommand.
+func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parsePoliciesFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	rows, err := LoadDolly(c.dolly)
+	if err != nil {
+		return err
+	}
+	tr, err := GenerateTrace(c.Trace, rows)
+	if err != nil {
+		return err
+	}
+	reqs, err := prepare(tr, c.Sim.Model, c.MaxTokens)
+	if err != nil {
+		return err
+	}
+	ts := tr.Stats(c.Sim.BlockChars)
+	fmt.Fprintf(stderr, "trace: %d requests, %d sessions (%d heavy), input tokens mean %.0f p50 %.0f max %.0f, %d distinct %d-byte blocks\n",
+		ts.Requests, ts.Sessions, ts.HeavySessions, ts.InputTokens.Mean, ts.InputTokens.P50, ts.InputTokens.Max, ts.DistinctBlocks, ts.BlockChars)
+
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var results []PolicyResult
+	for _, p := range c.Policies {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "policy %-16s ... ", p)
+		res, err := runOnePolicy(ctx, c, p, reqs, logger)
+		if err != nil {
+			fmt.Fprintln(stderr, "failed")
+			return fmt.Errorf("policy %s: %w", p, err)
+		}
+		fmt.Fprintf(stderr, "ttft mean %.0f ms p99 %.0f ms, hit %.1f%%, load max/mean %.2f, %d errors, %d held (%.1fs, timer late p99 %.1f ms)\n",
+			res.TTFT.Mean, res.TTFT.P99, 100*res.HitRate, res.LoadMaxMean, res.Errors, res.Held, res.Wall, res.TimerLate.P99)
+		results = append(results, res)
+	}
+	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), Trace: ts, Machine: Machine(), Results: results}
+	return rep.Write(stdout, stderr)
+}
+
+// runOnePolicy starts fresh replicas and a fresh pool, replays reqs and
+// collects the result. Everything it starts has stopped when it returns.
+func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []preparedRequest, logger *slog.Logger) (PolicyResult, error) {
+	res := PolicyResult{Policy: policy, Requests: len(reqs)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	defer func() { cancel(); g.Wait() }()
+
+	servers := make([]*sim.Server, c.Replicas)
+	pcfg := upstream.DefaultPoolConfig()
+	pcfg.Name = "sweep"
+	pcfg.HealthCheck.Interval = 0 // replicas do not fail here; scraping still runs
+	pcfg.ScrapeInterval = upstream.Duration(c.ScrapeInterval)
+	index := make(map[string]int, c.Replicas)
+	for i := range servers {
+		sc := c.Sim
+		sc.Name = fmt.Sprintf("replica-%d", i)
+		sc.Seed = c.Trace.Seed*1000 + uint64(i)
+		srv, err := sim.New(sc, sim.WithDrainTimeout(time.Second))
+		if err != nil {
+			return res, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return res, err
+		}
+		servers[i] = srv
+		g.Go(func() error { return srv.Serve(gctx, ln) })
+		id := fmt.Sprintf("r%d", i)
+		index[id] = i
+		pcfg.Replicas = append(pcfg.Replicas, upstream.ReplicaConfig{URL: "http://" + ln.Addr().String(), ID: id})
+	}
+	pc, err := policyConfig(policy, c.Trace.Seed)
+	if err != nil {
+		return res, err
+	}
+	picker, err := upstream.NewPicker(pc)
+	if err != nil {
+		return res, err
+	}
+	pool, err := upstream.New(pcfg, picker, nil, upstream.Options{Logger: logger})
+	if err != nil {
+		return res, err
+	}
+	g.Go(func() error { return pool.Run(gctx) })
+	if c.ScrapeInterval > 0 {
+		waitScraped(gctx, pool, 3*time.Second)
+	}
+
+	stopProbe := startNoiseProbe(gctx)
+	start := time.Now()
+	out := replay(gctx, pool, reqs, c.Drain)
+	res.Wall = time.Since(start).Seconds()
+	res.TimerLate = stopProbe()
+
+	var ttft, e2e []time.Duration
+	res.PerReplica = make([]int, c.Replicas)
+	for _, r := range out {
+		if r.held {
+			res.Held++
+		}
+		if i, ok := index[r.replica]; ok {
+			res.PerReplica[i]++
+		}
+		if !r.ok {
+			res.Errors++
+			if res.ErrorSample == "" {
+				res.ErrorSample = r.err
+			}
+			continue
+		}
+		res.OK++
+		ttft = append(ttft, r.timing.TTFT)
+		e2e = append(e2e, r.timing.E2E)
+	}
+	res.TTFT, res.E2E = Summarize(ttft), Summarize(e2e)
+	var q, h int64
+	for _, s := range servers {
+		st := s.Stats()
+		q += st.PrefixQueryTokens
+		h += st.PrefixHitTokens
+	}
+	if q > 0 {
+		res.HitRate = float64(h) / float64(q)
+	}
+	res.PrefillTokens = q - h
+	load := make([]float64, len(res.PerReplica))
+	for i, n := range res.PerReplica {
+		load[i] = float64(n)
+	}
+	res.LoadMaxMean, res.Jain = MaxOverMean(load), JainIndex(load)
+
+	cancel()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return res, err
+	}
+	return res, nil
+}
+
+// waitScraped waits until every replica has been scraped once, so the
+// weighted policy's load signals exist from the first request.
+func waitScraped(ctx context.Context, pool *upstream.Pool, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if !slices.ContainsFunc(pool.Replicas(), func(r upstream.ReplicaStatus) bool { return !r.Fresh }) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replay sends each request at its planned time, or once the same
+// session's previous turn has finished if that is later (a chat client
+// cannot send turn n+1 before it has read answer n). After the last
+// arrival it waits up to drain, then cuts what is left.
+func replay(ctx context.Context, pool *upstream.Pool, reqs []preparedRequest, drain time.Duration) []requestResult {
+	out := make([]requestResult, len(reqs))
+	done := make([]chan struct{}, len(reqs))
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	sendCtx, cut := context.WithCancel(ctx)
+	defer cut()
+	var wg sync.WaitGroup
+	start := time.Now()
+	timer := time.NewTimer(0)
+	<-timer.C
+	for i := range reqs {
+		r := &reqs[i]
+		if wait := time.Until(start.Add(r.tr.At)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+			}
+		}
+		if ctx.Err() != nil {
+			for j := i; j < len(reqs); j++ {
+				out[j].err = "not sent: " + ctx.Err().Error()
+				close(done[j])
+			}
+			break
+		}
+		wg.Go(func() {
+			defer close(done[i])
+			if p := r.tr.Prev; p >= 0 {
+				select {
+				case <-done[p]:
+				default:
+					out[i].held = true
+					select {
+					case <-done[p]:
+					case <-sendCtx.Done():
+						out[i].err = "not sent: " + sendCtx.Err().Error()
+						return
+					}
+				}
+			}
+			out[i] = sendChat(sendCtx, pool, r, out[i].held)
+		})
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(drain):
+		cut()
+		<-finished
+	case <-ctx.Done():
+		cut()
+		<-finished
+	}
+	return out
+}
+
+// sendChat sends one streaming chat request through the pool and times it.
+func sendChat(ctx context.Context, pool *upstream.Pool, r *preparedRequest, held bool) requestResult {
+	res := requestResult{held: held}
+	start := time.Now()
+	resp, err := pool.Do(ctx, &upstream.ForwardRequest{
+		Method: http.MethodPost,
+		Path:   "/v1/chat/completions",
+		Header: http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}},
+		Body:   r.body,
+		Routing: upstream.Request{
+			Prompt:      r.tr.Prompt,
+			InputTokens: r.tr.InputTokens,
+			User:        r.tr.User,
+			Session:     fmt.Sprintf("s%d", r.tr.Session),
+		},
+	})
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	defer resp.Body.Close()
+	res.replica = resp.ReplicaID
+	if resp.Status != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		res.err = fmt.Sprintf("status %d: %s", resp.Status, strings.TrimSpace(string(b)))
+		return res
+	}
+	st, err := ReadSSE(resp.Body, start)
+	res.timing = st
+	switch {
+	case err != nil:
+		res.err = err.Error()
+	case !st.Done || st.Events == 0:
+		res.err = "stream ended without [DONE]"
+	default:
+		res.ok = true
+	}
+	return res
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync/atomic"
+)
+
+// targetCategories are the Dolly categories the classifier was trained on
+// (fast: classification, summarization; slow: creative_writing, general_qa).
+var targetCategories = []string{"classification", "summarization", "creative_writing", "general_qa"}
+
+// classifyItem is one text as the gateway takes it: the instruction and an
+// optional attached document, which the gateway joins as
+// "instruction [SEP] context".
+type classifyItem struct {
+	Text    string `json:"text"`
+	Context string `json:"context,omitempty"`
+}
+
+// textSource hands out classify bodies from Dolly rows of the target
+// categories in a seeded shuffled order. With distinct set, every body it
+// ever returns is a different text (a cache miss): after one pass over the
+// rows it starts again with " (pass n)" appended to each instruction.
+// Without it, it cycles over the same texts. Safe for concurrent use.
+type textSource struct {
+	items    []classifyItem
+	distinct bool
+	next     atomic.Int64
+}
+
+func newTextSource(rows []DollyRow, seed uint64, distinct bool) (*textSource, error) {
+	// Dolly repeats some instructions; keep each text once, as the gateway's
+	// cache sees it (trimmed, whitespace runs collapsed).
+	var items []classifyItem
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !slices.Contains(targetCategories, r.Category) {
+			continue
+		}
+		key := strings.Join(strings.Fields(r.Instruction), " ") + "\x00" + strings.Join(strings.Fields(r.Context), " ")
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		items = append(items, classifyItem{Text: r.Instruction, Context: r.Context})
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("dolly: no rows of the categories %v", targetCategories)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x74657874))
+	rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+	return &textSource{items: items, distinct: distinct}, nil
+}
+
+// item returns text number n.
+func (t *textSource) item(n int64) classifyItem {
+	it := t.items[n%int64(len(t.items))]
+	if pass := n / int64(len(t.items)); t.distinct && pass > 0 {
+		it.Text = fmt.Sprintf("%s (pass %d)", it.Text, pass)
+	}
+	return it
+}
+
+// take returns the next text's item.
+func (t *textSource) take() classifyItem { return t.item(t.next.Add(1) - 1) }
+
+// body marshals an item as a /v1/classify or /v1/query-process body.
+func (it classifyItem) body() []byte {
+	b, _ := json.Marshal(it) // strings only: cannot fail
+	return b
+}
