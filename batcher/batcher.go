@@ -15,7 +15,8 @@ import (
 )
 
 var (
-	// ErrQueueFull is returned by Submit when QueueSize distinct texts are already waiting.
+	// ErrQueueFull is returned by Submit when QueueSize distinct texts are already waiting, or
+	// when the queue ahead would take longer than Config.MaxQueueDelay to clear.
 	// Callers should shed load (HTTP 429 with Retry-After) rather than retry at once.
 	ErrQueueFull = errors.New("batcher: queue full")
 	// ErrClosed is returned by Submit once Run has ended, and to every request still waiting
@@ -259,7 +260,14 @@ type dispatcher[R any] struct {
 
 	timer   Timer // armed only while rule (c) could fire
 	timerAt time.Time
+
+	// perText is a moving average of inference seconds per text over recent batches, used to
+	// estimate how long a new text would wait (Config.MaxQueueDelay). 0 until a batch ends.
+	perText float64
 }
+
+// perTextSmoothing weights the newest batch in the perText moving average.
+const perTextSmoothing = 0.2
 
 func (d *dispatcher[R]) run() error {
 	b := d.b
@@ -315,7 +323,7 @@ func (d *dispatcher[R]) handle(o op[R]) {
 		d.b.m.dedup.Inc()
 		return
 	}
-	if d.live >= d.b.cfg.QueueSize {
+	if d.live >= d.b.cfg.QueueSize || d.tooSlow() {
 		d.b.m.rejected.Inc()
 		w.reply <- result[R]{err: ErrQueueFull}
 		return
@@ -325,6 +333,18 @@ func (d *dispatcher[R]) handle(o op[R]) {
 	d.inflight[w.text] = e
 	d.queue = append(d.queue, e)
 	d.live++
+}
+
+// tooSlow reports whether a new text would wait longer than MaxQueueDelay: the texts ahead of
+// it, at the recent inference cost per text, shared by the workers. A bounded count alone does
+// not bound latency, since the classifier's speed depends on text lengths and the machine.
+func (d *dispatcher[R]) tooSlow() bool {
+	max := d.b.cfg.MaxQueueDelay
+	if max <= 0 || d.perText == 0 {
+		return false
+	}
+	wait := d.perText * float64(d.live+1) / float64(d.b.cfg.Workers)
+	return wait > max.Seconds()
 }
 
 // cancel forgets a waiter whose caller has gone. A queued text left without waiters is dropped;
@@ -433,7 +453,16 @@ func (d *dispatcher[R]) launch(bt *batch[R]) {
 // finish delivers a completed batch to every waiter still there.
 func (d *dispatcher[R]) finish(bt *batch[R]) {
 	d.running--
-	d.b.m.inference.Observe(bt.end.Sub(bt.start).Seconds())
+	took := bt.end.Sub(bt.start).Seconds()
+	d.b.m.inference.Observe(took)
+	if n := len(bt.texts); n > 0 && bt.err == nil {
+		per := took / float64(n)
+		if d.perText == 0 {
+			d.perText = per
+		} else {
+			d.perText += perTextSmoothing * (per - d.perText)
+		}
+	}
 	for i, e := range bt.entries {
 		delete(d.inflight, e.text)
 		e.state = stateFinished

@@ -432,3 +432,34 @@ func (s *syncWriter) String() string {
 	defer s.mu.Unlock()
 	return s.buf.String()
 }
+
+// TestMaxQueueDelay: once a batch has shown what a text costs, a text that would wait longer
+// than MaxQueueDelay behind the queue is refused at once, while the count limit is far away.
+func TestMaxQueueDelay(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxBatch, cfg.QueueSize, cfg.MaxQueueDelay = 4, 1000, 250*time.Millisecond
+	h := newHarness(t, cfg)
+
+	// No estimate yet: nothing is refused for delay.
+	first := h.submit(context.Background(), "warm")
+	c := h.nextCall()
+	h.clock.Advance(100 * time.Millisecond) // one text took 100ms
+	c.ok()
+	require.NoError(t, recv(t, first).err)
+
+	// Block a batch, then queue texts behind it: at 100ms a text, the 3rd queued one would
+	// wait 300ms > 250ms.
+	h.submit(context.Background(), "running")
+	running := h.nextCall()
+	queued := h.submitAll("q1", "q2")
+	h.waitQueueLen(2)
+	_, err := h.b.Submit(context.Background(), "q3")
+	require.ErrorIs(t, err, ErrQueueFull)
+	require.Equal(t, 1.0, h.metric("triage_batcher_rejected_total"))
+
+	running.ok()
+	h.nextCall().ok()
+	for _, o := range queued {
+		require.NoError(t, recv(t, o).err)
+	}
+}

@@ -19,12 +19,16 @@ type Config struct {
 	QueueSize int `yaml:"queue_size"`
 	// Workers is the number of batches that may run at once, in [1, 64]. Default 1.
 	Workers int `yaml:"workers"`
+	// MaxQueueDelay bounds how long a new text may expect to wait: Submit fails fast with
+	// ErrQueueFull when the texts already queued, at the recent inference time per text, would
+	// take longer than this, in [0s, 1m]; 0 disables the check. Default 1s.
+	MaxQueueDelay time.Duration `yaml:"max_queue_delay"`
 }
 
-// DefaultConfig returns batches of at most 32 texts, a 50ms window, 1024 queued texts and one
-// worker.
+// DefaultConfig returns batches of at most 32 texts, a 50ms window, 1024 queued texts, one
+// worker and an expected queue wait of at most 1s.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 32, MaxWait: 50 * time.Millisecond, QueueSize: 1024, Workers: 1}
+	return Config{MaxBatch: 32, MaxWait: 50 * time.Millisecond, QueueSize: 1024, Workers: 1, MaxQueueDelay: time.Second}
 }
 
 // Validate reports every invalid field, each error naming it.
@@ -45,6 +49,9 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 1 || c.Workers > 64 {
 		errs = append(errs, fmt.Errorf("batcher.workers: must be in [1, 64], got %d", c.Workers))
+	}
+	if c.MaxQueueDelay < 0 || c.MaxQueueDelay > time.Minute {
+		errs = append(errs, fmt.Errorf("batcher.max_queue_delay: must be in [0s, 1m], got %s", c.MaxQueueDelay))
 	}
 	return errors.Join(errs...)
 }
