@@ -146,7 +146,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 
 	var hashes []uint64
 	if s.cfg.KVCacheBlocks > 0 {
-		hashes = blockHashes(req.prompt, s.cfg.BlockChars)
+		hashes = BlockHashes(req.prompt, s.cfg.BlockChars)
 	}
 	j.cachedTokens = min(s.cache.match(hashes)*s.cfg.BlockChars/4, j.promptTokens)
 	s.prefixQueries.Add(int64(j.promptTokens))

@@ -7,12 +7,15 @@ import (
 	"sync"
 )
 
-// blockHashes splits prompt into blocks of blockChars bytes and hashes each
+// BlockHashes splits prompt into blocks of blockChars bytes and hashes each
 // block chained to its predecessor (FNV-1a 64 over the previous hash and the
 // block), so equal hashes mean equal prefixes, not just equal blocks. A
 // trailing partial block is not hashed: like vLLM, only full blocks are
 // cached.
-func blockHashes(prompt string, blockChars int) []uint64 {
+func BlockHashes(prompt string, blockChars int) []uint64 {
+	if blockChars < 1 {
+		return nil
+	}
 	n := len(prompt) / blockChars
 	if n == 0 {
 		return nil

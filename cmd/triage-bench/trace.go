@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -326,7 +324,7 @@ func (t *Trace) Stats(blockChars int) TraceStats {
 		if r.Heavy {
 			st.HeavyRequests++
 		}
-		for _, h := range chainedBlockHashes(r.Prompt, blockChars) {
+		for _, h := range sim.BlockHashes(r.Prompt, blockChars) {
 			seen[h] = struct{}{}
 		}
 	}
@@ -336,26 +334,4 @@ func (t *Trace) Stats(blockChars int) TraceStats {
 		st.Span = t.Requests[n-1].At.Seconds()
 	}
 	return st
-}
-
-// chainedBlockHashes hashes each full block of prompt chained to the
-// previous one, as the simulator's prefix cache does.
-func chainedBlockHashes(prompt string, blockChars int) []uint64 {
-	if blockChars < 1 {
-		return nil
-	}
-	n := len(prompt) / blockChars
-	out := make([]uint64, n)
-	h := fnv.New64a()
-	var prev [8]byte
-	for i := range n {
-		h.Reset()
-		if i > 0 {
-			binary.LittleEndian.PutUint64(prev[:], out[i-1])
-			h.Write(prev[:])
-		}
-		h.Write([]byte(prompt[i*blockChars : (i+1)*blockChars]))
-		out[i] = h.Sum64()
-	}
-	return out
 }

@@ -162,14 +162,3 @@ func TestTraceValidate(t *testing.T) {
 	require.ErrorContains(t, err, "rate")
 	require.ErrorContains(t, err, "light-turns")
 }
-
-func TestChainedBlockHashesSharePrefixes(t *testing.T) {
-	a := chainedBlockHashes(strings.Repeat("x", 64)+strings.Repeat("y", 64), 64)
-	b := chainedBlockHashes(strings.Repeat("x", 64)+strings.Repeat("z", 64)+"tail", 64)
-	c := chainedBlockHashes(strings.Repeat("y", 64)+strings.Repeat("y", 64), 64)
-	require.Len(t, a, 2)
-	require.Len(t, b, 2)
-	require.Equal(t, a[0], b[0])
-	require.NotEqual(t, a[1], b[1])
-	require.NotEqual(t, a[1], c[1], "equal blocks after different prefixes hash apart")
-}
