@@ -92,8 +92,13 @@ func TestClassifyTextsShareBatches(t *testing.T) {
 	close(release)
 	res := <-done
 	require.Len(t, res, 20)
-	// One call for the first batch, one for everything that queued behind it.
-	require.Equal(t, int64(2), ts.model.calls.Load()-before, "queued texts of one request form one batch")
+	// One call for the first batch, one for everything that queued behind it (or a single call
+	// when all 20 arrived before the first batch formed).
+	want := int64(2)
+	if firstSize.Load() == int64(len(texts)) {
+		want = 1
+	}
+	require.Equal(t, want, ts.model.calls.Load()-before, "queued texts of one request form one batch")
 }
 
 func TestClassifyModelErrorIs500AndLoggedNotLeaked(t *testing.T) {
