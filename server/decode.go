@@ -326,6 +326,19 @@ func (f openAIFields) common(p *proxyInput) (ctx string, err error) {
 	return ctx, nil
 }
 
+// decodeOpenAI reads the fields shared by the chat and completion requests into f and p and
+// returns the optional top-level "context" extension.
+func decodeOpenAI(body []byte, p *proxyInput) (f openAIFields, ctx string, err error) {
+	if err = checkBody(body); err != nil {
+		return f, "", err
+	}
+	if err = decodeLoose(body, &f); err != nil {
+		return f, "", err
+	}
+	ctx, err = f.common(p)
+	return f, ctx, err
+}
+
 // decodeChat reads a chat completion request. The text classified is the last user message:
 // with a top-level "context" string (a Triage extension, removed before forwarding) the
 // instruction is all text parts of that message joined by newlines and the context is that
@@ -333,14 +346,7 @@ func (f openAIFields) common(p *proxyInput) (ctx string, err error) {
 // and the context is its later text parts joined by newlines (an attached document).
 func decodeChat(body []byte, lim limits) (proxyInput, error) {
 	var p proxyInput
-	if err := checkBody(body); err != nil {
-		return p, err
-	}
-	var f openAIFields
-	if err := decodeLoose(body, &f); err != nil {
-		return p, err
-	}
-	extCtx, err := f.common(&p)
+	f, extCtx, err := decodeOpenAI(body, &p)
 	if err != nil {
 		return p, err
 	}
@@ -465,14 +471,7 @@ func contentParts(raw json.RawMessage, param string) ([]string, error) {
 // top-level "context" field when present.
 func decodeCompletion(body []byte, lim limits) (proxyInput, error) {
 	var p proxyInput
-	if err := checkBody(body); err != nil {
-		return p, err
-	}
-	var f openAIFields
-	if err := decodeLoose(body, &f); err != nil {
-		return p, err
-	}
-	ctx, err := f.common(&p)
+	f, ctx, err := decodeOpenAI(body, &p)
 	if err != nil {
 		return p, err
 	}
