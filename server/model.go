@@ -55,6 +55,9 @@ type models struct {
 	mu     sync.Mutex
 	cur    *modelRef // nil before the first swap and after close
 	closed bool
+	// current mirrors cur for version, which every request reads: a lock-free load keeps the
+	// mutex off the cache-hit path. Written only under mu.
+	current atomic.Pointer[modelRef]
 }
 
 // acquire returns the current model with a reference taken, or nil after close. The caller
@@ -71,12 +74,10 @@ func (h *models) acquire() *modelRef {
 
 // version returns the current model's version, or "" after close.
 func (h *models) version() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.cur == nil {
-		return ""
+	if r := h.current.Load(); r != nil {
+		return r.version
 	}
-	return h.cur.version
+	return ""
 }
 
 // swap makes m current and drops the holder's reference to the previous model, which closes
@@ -92,6 +93,7 @@ func (h *models) swap(m Model) (string, error) {
 	}
 	old := h.cur
 	h.cur = r
+	h.current.Store(r)
 	h.mu.Unlock()
 	if old == nil {
 		return "", nil
@@ -106,6 +108,7 @@ func (h *models) close() {
 	h.mu.Lock()
 	old := h.cur
 	h.cur = nil
+	h.current.Store(nil)
 	h.closed = true
 	h.mu.Unlock()
 	if old != nil {
