@@ -110,6 +110,8 @@ func (e *reloadError) Unwrap() error { return e.err }
 //	batcher.ErrClosed, shutting down, no model 503 (context.Canceled: cut by shutdown)
 //	*upstream.UpstreamError                    502
 //	non-2xx execution of query-process         429 for 429 (Retry-After passed on), else 502
+//	*upstream.HeaderError                      400 invalid_header, param = the header's name
+//	upstream.ErrInvalidRequest                 400 (a request no replica could be sent)
 //	upstream.ErrInvalidBody                    400
 //	upstream.ErrUnknownReplica                 404
 //	refused model reload                       500 (logged by Reload)
@@ -120,6 +122,7 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 		fe  *fiber.Error
 		ue  *upstream.UpstreamError
 		se  *upstreamStatusError
+		he  *upstream.HeaderError
 		rle *reloadError
 	)
 	switch {
@@ -158,6 +161,10 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 				message: se.Error(), retryAfter: ra}
 		}
 		return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_status", message: se.Error()}
+	case errors.As(err, &he):
+		return badRequest("invalid_header", he.Name, "%v", he)
+	case errors.Is(err, upstream.ErrInvalidRequest):
+		return badRequest("invalid_request", "", "%v", err)
 	case errors.Is(err, upstream.ErrInvalidBody):
 		return badRequest("invalid_body", "", "%v", err)
 	case errors.Is(err, upstream.ErrUnknownReplica):

@@ -29,6 +29,24 @@ func (s *Server) handleCompletions(c *fiber.Ctx, rq *request) error {
 // their configured headers.
 var forwardedHeaders = []string{"Accept", "User-Agent", "X-Request-Id", "Traceparent", "Tracestate", "Baggage"}
 
+// forwardedHeader copies the forwarded client headers, refusing (before any classification or
+// routing) a value that HTTP does not allow to be sent: no replica could take it, and the
+// client must hear that it is its request that is wrong.
+func forwardedHeader(c *fiber.Ctx) (http.Header, error) {
+	header := make(http.Header)
+	for _, k := range forwardedHeaders {
+		v := c.Get(k)
+		if v == "" {
+			continue
+		}
+		if err := upstream.CheckHeader(k, v); err != nil {
+			return nil, err
+		}
+		header.Set(k, strings.Clone(v))
+	}
+	return header, nil
+}
+
 // proxy classifies an OpenAI request, decides, and forwards it to the chosen pool with the
 // model rewritten to that pool's. The answer, any status, streams back chunk by chunk; the
 // slow-path slot is held until the upstream body has been closed.
@@ -53,11 +71,9 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		session = in.user
 	}
 	session = strings.Clone(session)
-	header := make(http.Header)
-	for _, k := range forwardedHeaders {
-		if v := c.Get(k); v != "" {
-			header.Set(k, strings.Clone(v))
-		}
+	header, err := forwardedHeader(c)
+	if err != nil {
+		return err
 	}
 
 	dl := s.newDeadline()

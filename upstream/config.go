@@ -165,11 +165,8 @@ func (c *PoolConfig) Validate() error {
 			bad(field+".weight", "must be a finite number >= 0 (0 means 1), got %v", r.Weight)
 		}
 		for name, value := range r.Headers {
-			if !validHeaderName(name) {
-				bad(field+".headers", "invalid header name %q", name)
-			}
-			if strings.ContainsAny(value, "\r\n\x00") {
-				bad(field+".headers", "value of %q contains a control character", name)
+			if err := CheckHeader(name, value); err != nil {
+				bad(field+".headers", "%v", err)
 			}
 		}
 	}
@@ -235,21 +232,4 @@ func parseReplicaURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("invalid URL %q (a base URL takes no query or fragment)", raw)
 	}
 	return u, nil
-}
-
-// validHeaderName reports whether s is an RFC 9110 token.
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -51,7 +51,7 @@ func TestPoolConfigValidate(t *testing.T) {
 		{"duplicate default id", func(c *PoolConfig) { c.Replicas[1] = ReplicaConfig{URL: c.Replicas[0].URL} }, []string{`replicas[1].id: duplicate`}},
 		{"negative weight", func(c *PoolConfig) { c.Replicas[0].Weight = -1 }, []string{"replicas[0].weight"}},
 		{"bad header", func(c *PoolConfig) { c.Replicas[0].Headers = map[string]string{"Bad Name": "v", "Ok": "a\nb"} },
-			[]string{`replicas[0].headers: invalid header name "Bad Name"`, `replicas[0].headers: value of "Ok"`}},
+			[]string{`replicas[0].headers: header name "Bad Name" is not an RFC 9110 token`, `replicas[0].headers: header Ok: byte 0x0a at offset 1`}},
 		{"health path", func(c *PoolConfig) { c.HealthCheck.Path = "health" }, []string{"health_check.path"}},
 		{"health timeout over interval", func(c *PoolConfig) { c.HealthCheck.Timeout = Duration(time.Minute) }, []string{"health_check.timeout: must not exceed"}},
 		{"health thresholds", func(c *PoolConfig) { c.HealthCheck.UnhealthyAfter, c.HealthCheck.HealthyAfter = 0, 0 },

@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"sync"
 	"time"
@@ -122,7 +121,9 @@ func (r *Response) SetOutputTokens(n int) {
 // the client's), nor on 500 or 504.
 //
 // Errors: ErrRejected and ErrNoHealthyReplica (wrapped), ErrInvalidBody
-// when SetModel is set and Body is not a JSON object, ctx's error when the
+// when SetModel is set and Body is not a JSON object, ErrInvalidRequest
+// (a *HeaderError for a header value HTTP forbids) before any replica is
+// tried, ctx's error when the
 // caller went away, and *UpstreamError for replica failures
 // (errors.Is(err, ErrUpstreamTimeout) for the first-byte timeout).
 // A non-2xx status from the replica is not an error: it is returned as a
@@ -135,7 +136,13 @@ func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
 		return nil, fmt.Errorf("pool %s: path %q must start with \"/\"", p.cfg.Name, fr.Path)
 	}
 	if fr.Method != "" && !validHeaderName(fr.Method) {
-		return nil, fmt.Errorf("pool %s: invalid method %q", p.cfg.Name, fr.Method)
+		return nil, fmt.Errorf("pool %s: %w: invalid method %q", p.cfg.Name, ErrInvalidRequest, fr.Method)
+	}
+	// A header no replica can be sent is refused here, before a replica is
+	// picked: net/http would refuse it inside RoundTrip, where it would look
+	// like a connection failure and count against every replica it tried.
+	if err := checkHeaders(fr.Header); err != nil {
+		return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, err)
 	}
 	var doc *modelDoc
 	if fr.SetModel {
@@ -199,8 +206,10 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 	}
 	hreq, err := http.NewRequestWithContext(a.actx, fr.Method, r.endpoint(fr.Path), bytes.NewReader(body))
 	if err != nil {
-		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id, Err: fmt.Errorf("build request: %w", err)}
-		a.fail = outcomeConnectError
+		// The request itself is malformed: not the replica's fault, so not
+		// observed and not retried.
+		a.err = fmt.Errorf("pool %s: %w: %v", p.cfg.Name, ErrInvalidRequest, err)
+		a.fail = outcomeInvalidRequest
 		return a
 	}
 	hreq.Header = forwardHeader(fr.Header)
@@ -500,36 +509,6 @@ func (t *tokenCounter) count() int {
 		return v.Usage.CompletionTokens
 	}
 	return 0
-}
-
-// hopHeaders are meaningful for one connection only (RFC 9110 7.6.1).
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-func forwardHeader(in http.Header) http.Header {
-	h := in.Clone()
-	if h == nil {
-		h = make(http.Header)
-	}
-	removeHopByHop(h)
-	h.Del("Host")
-	h.Del("Content-Length")
-	return h
-}
-
-func removeHopByHop(h http.Header) {
-	for _, v := range h.Values("Connection") {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
 }
 
 // RewriteModel returns body with its top-level "model" member's value

@@ -29,17 +29,21 @@ const (
 	outcomeRetried
 	// outcomeStreamError: the body broke off after the headers arrived.
 	outcomeStreamError
+	// outcomeInvalidRequest: the request could not be built for this
+	// replica; the caller's fault, never counted against the replica.
+	outcomeInvalidRequest
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
-	outcomeOK:           "ok",
-	outcomeErrorStatus:  "error_status",
-	outcomeConnectError: "connect_error",
-	outcomeTimeout:      "timeout",
-	outcomeCanceled:     "canceled",
-	outcomeRetried:      "retried",
-	outcomeStreamError:  "stream_error",
+	outcomeOK:             "ok",
+	outcomeErrorStatus:    "error_status",
+	outcomeConnectError:   "connect_error",
+	outcomeTimeout:        "timeout",
+	outcomeCanceled:       "canceled",
+	outcomeRetried:        "retried",
+	outcomeStreamError:    "stream_error",
+	outcomeInvalidRequest: "invalid_request",
 }
 
 func (o outcome) String() string { return outcomeNames[o] }
