@@ -31,27 +31,30 @@ func DefaultConfig() Config {
 	return Config{MaxBatch: 32, MaxWait: 50 * time.Millisecond, QueueSize: 1024, Workers: 1, MaxQueueDelay: time.Second}
 }
 
-// Validate reports every invalid field, each error naming it.
-func (c Config) Validate() error {
+// Validate is ValidateAt("batcher").
+func (c Config) Validate() error { return c.ValidateAt("batcher") }
+
+// ValidateAt reports every invalid field, each error naming it from path ("batcher.max_batch").
+func (c Config) ValidateAt(path string) error {
 	var errs []error
 	if c.MaxBatch < 1 || c.MaxBatch > 1024 {
-		errs = append(errs, fmt.Errorf("batcher.max_batch: must be in [1, 1024], got %d", c.MaxBatch))
+		errs = append(errs, fmt.Errorf("%s.max_batch: must be in [1, 1024], got %d", path, c.MaxBatch))
 	}
 	if c.MaxWait <= 0 || c.MaxWait > 10*time.Second {
-		errs = append(errs, fmt.Errorf("batcher.max_wait: must be in (0s, 10s], got %s", c.MaxWait))
+		errs = append(errs, fmt.Errorf("%s.max_wait: must be in (0s, 10s], got %s", path, c.MaxWait))
 	}
 	switch {
 	case c.QueueSize < 1 || c.QueueSize > 1<<20:
-		errs = append(errs, fmt.Errorf("batcher.queue_size: must be in [1, 1048576], got %d", c.QueueSize))
+		errs = append(errs, fmt.Errorf("%s.queue_size: must be in [1, 1048576], got %d", path, c.QueueSize))
 	case c.QueueSize < c.MaxBatch:
 		// A queue smaller than a batch could never fill one.
-		errs = append(errs, fmt.Errorf("batcher.queue_size: must be >= max_batch (%d), got %d", c.MaxBatch, c.QueueSize))
+		errs = append(errs, fmt.Errorf("%s.queue_size: must be >= max_batch (%d), got %d", path, c.MaxBatch, c.QueueSize))
 	}
 	if c.Workers < 1 || c.Workers > 64 {
-		errs = append(errs, fmt.Errorf("batcher.workers: must be in [1, 64], got %d", c.Workers))
+		errs = append(errs, fmt.Errorf("%s.workers: must be in [1, 64], got %d", path, c.Workers))
 	}
 	if c.MaxQueueDelay < 0 || c.MaxQueueDelay > time.Minute {
-		errs = append(errs, fmt.Errorf("batcher.max_queue_delay: must be in [0s, 1m], got %s", c.MaxQueueDelay))
+		errs = append(errs, fmt.Errorf("%s.max_queue_delay: must be in [0s, 1m], got %s", path, c.MaxQueueDelay))
 	}
 	return errors.Join(errs...)
 }

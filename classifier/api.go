@@ -9,15 +9,13 @@ const (
 	SlowLabel = 1
 )
 
-// LabelCutoff is the probability above which the model itself says "slow".
-// The gateway's decision may still send such a request fast under load.
-const LabelCutoff = 0.5
-
 // Result is the model's output for one text.
 type Result struct {
 	// PSlow is P(slow | text) from the logistic-regression head, in [0, 1].
 	PSlow float32
-	// Label is SlowLabel when PSlow > LabelCutoff, else FastLabel.
+	// Label is SlowLabel when PSlow > the manifest's label_threshold (see
+	// Classifier.LabelThreshold), else FastLabel. The gateway's decision may
+	// still send a slow-labelled request fast under load.
 	Label int
 	// Tokens is the number of word pieces the encoder saw, after truncation
 	// and including [CLS] and [SEP].

@@ -233,6 +233,11 @@ func (c *Classifier) loadHead() error {
 // Version is the manifest's model version; cache keys include it.
 func (c *Classifier) Version() string { return c.manifest.Version }
 
+// LabelThreshold returns the manifest's label_threshold: the model labels a
+// text slow iff P(slow) is above it. It is the only source of that boundary;
+// everything that turns a P(slow) into a label reads it from here.
+func (c *Classifier) LabelThreshold() float64 { return c.manifest.LabelThreshold }
+
 // Manifest returns the loaded manifest (read-only).
 func (c *Classifier) Manifest() *Manifest { return c.manifest }
 

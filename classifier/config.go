@@ -53,29 +53,32 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every invalid field, each named by its YAML key.
-func (c Config) Validate() error {
+// Validate is ValidateAt("classifier").
+func (c Config) Validate() error { return c.ValidateAt("classifier") }
+
+// ValidateAt reports every invalid field, each named from path ("classifier.model_dir").
+func (c Config) ValidateAt(path string) error {
 	var errs []error
 	if c.ModelDir == "" {
-		errs = append(errs, errors.New("classifier.model_dir: must not be empty"))
+		errs = append(errs, fmt.Errorf("%s.model_dir: must not be empty", path))
 	}
 	if c.EncoderDir == "" {
-		errs = append(errs, errors.New("classifier.encoder_dir: must not be empty"))
+		errs = append(errs, fmt.Errorf("%s.encoder_dir: must not be empty", path))
 	}
 	if c.ORTLibrary == "" {
-		errs = append(errs, errors.New("classifier.onnxruntime_lib: must not be empty"))
+		errs = append(errs, fmt.Errorf("%s.onnxruntime_lib: must not be empty", path))
 	}
 	if c.IntraOpThreads < 1 || c.IntraOpThreads > 256 {
-		errs = append(errs, fmt.Errorf("classifier.intra_op_threads: must be in [1, 256], got %d", c.IntraOpThreads))
+		errs = append(errs, fmt.Errorf("%s.intra_op_threads: must be in [1, 256], got %d", path, c.IntraOpThreads))
 	}
 	if c.InterOpThreads < 1 || c.InterOpThreads > 256 {
-		errs = append(errs, fmt.Errorf("classifier.inter_op_threads: must be in [1, 256], got %d", c.InterOpThreads))
+		errs = append(errs, fmt.Errorf("%s.inter_op_threads: must be in [1, 256], got %d", path, c.InterOpThreads))
 	}
 	if c.MaxPadWaste < 0 || c.MaxPadWaste > 100 {
-		errs = append(errs, fmt.Errorf("classifier.max_pad_waste: must be in [0, 100], got %g", c.MaxPadWaste))
+		errs = append(errs, fmt.Errorf("%s.max_pad_waste: must be in [0, 100], got %g", path, c.MaxPadWaste))
 	}
 	if c.MaxGroupTokens < 256 {
-		errs = append(errs, fmt.Errorf("classifier.max_group_tokens: must be >= 256 (one full-length text), got %d", c.MaxGroupTokens))
+		errs = append(errs, fmt.Errorf("%s.max_group_tokens: must be >= 256 (one full-length text), got %d", path, c.MaxGroupTokens))
 	}
 	return errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/triage-gw/triage/batcher"
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/decision"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -23,15 +24,15 @@ import (
 // such strings and encodes back with String(); the upstream sections use upstream.Duration, a
 // TextUnmarshaler with the same spelling. A bare number is rejected in both, never guessed.
 type Config struct {
-	Server     ServerConfig      `yaml:"server"`
-	Classifier classifier.Config `yaml:"classifier"`
-	Cache      CacheConfig       `yaml:"cache"`
-	Batcher    batcher.Config    `yaml:"batcher"`
-	Decision   decision.Config   `yaml:"decision"`
-	Pools      PoolsConfig       `yaml:"pools"`
-	Sim        SimConfig         `yaml:"sim"`
-	Admin      AdminConfig       `yaml:"admin"`
-	Log        LogConfig         `yaml:"log"`
+	Server     ServerConfig       `yaml:"server"`
+	Classifier classifier.Config  `yaml:"classifier"`
+	Cache      router.CacheConfig `yaml:"cache"`
+	Batcher    batcher.Config     `yaml:"batcher"`
+	Decision   decision.Config    `yaml:"decision"`
+	Pools      PoolsConfig        `yaml:"pools"`
+	Sim        SimConfig          `yaml:"sim"`
+	Admin      AdminConfig        `yaml:"admin"`
+	Log        LogConfig          `yaml:"log"`
 }
 
 // ServerConfig is the HTTP layer: where it listens, what it accepts and how long things may take.
@@ -84,11 +85,11 @@ func DefaultServerConfig() ServerConfig {
 	}
 }
 
-// Validate reports every invalid field, each error naming it from "server".
-func (c ServerConfig) Validate() error {
+// ValidateAt reports every invalid field, each error naming it from path ("server").
+func (c ServerConfig) ValidateAt(path string) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("server.%s: %s", field, fmt.Sprintf(format, args...)))
+		errs = append(errs, fmt.Errorf("%s.%s: %s", path, field, fmt.Sprintf(format, args...)))
 	}
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "must be host:port, got %q", c.Listen)
@@ -128,40 +129,12 @@ func (c ServerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// CacheConfig sizes the result cache in front of the classifier. It holds model outputs
-// (P(slow) and token counts), never decisions.
-type CacheConfig struct {
-	// Enabled turns the cache on. Default true.
-	Enabled bool `yaml:"enabled"`
-	// MaxEntries is the most results kept (each costs 1). Default 100000.
-	MaxEntries int `yaml:"max_entries"`
-	// TTL is how long a result stays usable; 0 keeps it until evicted. Default 10m.
-	TTL time.Duration `yaml:"ttl"`
-}
-
-// DefaultCacheConfig returns an enabled cache of 100000 entries with a 10 minute TTL.
-func DefaultCacheConfig() CacheConfig {
-	return CacheConfig{Enabled: true, MaxEntries: 100_000, TTL: 10 * time.Minute}
-}
-
-// Validate reports every invalid field, each error naming it from "cache".
-func (c CacheConfig) Validate() error {
-	var errs []error
-	if c.MaxEntries < 1 || c.MaxEntries > 1<<26 {
-		errs = append(errs, fmt.Errorf("cache.max_entries: must be in [1, %d], got %d", 1<<26, c.MaxEntries))
-	}
-	if c.TTL < 0 {
-		errs = append(errs, fmt.Errorf("cache.ttl: must be >= 0 (0 means no expiry), got %s", c.TTL))
-	}
-	return errors.Join(errs...)
-}
-
 // PoolsConfig holds the fast and the slow pool. When neither lists any replica the gateway
 // starts the built-in simulated pools described by SimConfig and points these pools at them
 // (every other pool setting still applies).
 type PoolsConfig struct {
-	Fast PoolConfig `yaml:"fast"`
-	Slow PoolConfig `yaml:"slow"`
+	Fast upstream.PoolConfig `yaml:"fast"`
+	Slow upstream.PoolConfig `yaml:"slow"`
 }
 
 // Builtin reports whether the built-in simulated pools are to be used: no replica is
@@ -170,61 +143,44 @@ func (c PoolsConfig) Builtin() bool {
 	return len(c.Fast.Replicas) == 0 && len(c.Slow.Replicas) == 0
 }
 
-// PoolConfig is one pool: its replicas, health and timeouts (upstream.PoolConfig, inlined),
-// its replica-picking policy and its admission policy.
-type PoolConfig struct {
-	upstream.PoolConfig `yaml:",inline"`
-	Policy              upstream.PolicyConfig    `yaml:"policy"`
-	Admission           upstream.AdmissionConfig `yaml:"admission"`
-}
-
 // DefaultPoolConfig returns a pool called name with every upstream default and no replicas.
-func DefaultPoolConfig(name string) PoolConfig {
+func DefaultPoolConfig(name string) upstream.PoolConfig {
 	pc := upstream.DefaultPoolConfig()
 	pc.Name = name
-	return PoolConfig{
-		PoolConfig: pc,
-		Policy:     upstream.DefaultPolicyConfig(),
-		Admission:  upstream.DefaultAdmissionConfig(),
-	}
+	return pc
 }
 
 // placeholderReplica stands in for the built-in replicas while validating, so the rest of a
 // pool's settings are checked before the simulators exist.
 var placeholderReplica = upstream.ReplicaConfig{URL: "http://127.0.0.1:1", ID: "builtin"}
 
-// validate checks the pool at path ("pools.fast"). With builtin set, its empty replica list
-// is expected and the other fields are checked against a placeholder replica.
-func (c PoolConfig) validate(path string, builtin bool) error {
-	pc := c.PoolConfig
+// validatePool checks the pool at path ("pools.fast"). With builtin set, its empty replica
+// list is expected and the other fields are checked against a placeholder replica.
+func validatePool(pc upstream.PoolConfig, path string, builtin bool) error {
 	if builtin {
 		pc.Replicas = []upstream.ReplicaConfig{placeholderReplica}
 	}
-	return errors.Join(
-		prefixed(path, pc.Validate()),
-		c.Policy.ValidateAt(path+".policy"),
-		c.Admission.ValidateAt(path+".admission"),
-	)
+	return pc.ValidateAt(path)
 }
 
-// Validate reports every invalid field of both pools.
-func (c PoolsConfig) Validate() error {
+// ValidateAt reports every invalid field of both pools, named from path ("pools").
+func (c PoolsConfig) ValidateAt(path string) error {
 	builtin := c.Builtin()
 	var errs []error
 	if !builtin {
 		if len(c.Fast.Replicas) == 0 {
-			errs = append(errs, errors.New("pools.fast.replicas: required when pools.slow has replicas (leave both empty for the built-in simulated pools)"))
+			errs = append(errs, fmt.Errorf("%s.fast.replicas: required when %[1]s.slow has replicas (leave both empty for the built-in simulated pools)", path))
 		}
 		if len(c.Slow.Replicas) == 0 {
-			errs = append(errs, errors.New("pools.slow.replicas: required when pools.fast has replicas (leave both empty for the built-in simulated pools)"))
+			errs = append(errs, fmt.Errorf("%s.slow.replicas: required when %[1]s.fast has replicas (leave both empty for the built-in simulated pools)", path))
 		}
 	}
 	errs = append(errs,
-		c.Fast.validate("pools.fast", builtin || len(c.Fast.Replicas) == 0),
-		c.Slow.validate("pools.slow", builtin || len(c.Slow.Replicas) == 0),
+		validatePool(c.Fast, path+".fast", builtin || len(c.Fast.Replicas) == 0),
+		validatePool(c.Slow, path+".slow", builtin || len(c.Slow.Replicas) == 0),
 	)
 	if c.Fast.Name == c.Slow.Name && strings.TrimSpace(c.Fast.Name) != "" {
-		errs = append(errs, fmt.Errorf("pools.slow.name: must differ from pools.fast.name, both are %q", c.Slow.Name))
+		errs = append(errs, fmt.Errorf("%s.slow.name: must differ from %[1]s.fast.name, both are %q", path, c.Slow.Name))
 	}
 	return errors.Join(errs...)
 }
@@ -249,20 +205,16 @@ func DefaultSimConfig() SimConfig {
 	return SimConfig{FastReplicas: 2, SlowReplicas: 2, Fast: sim.FastPreset(), Slow: sim.SlowPreset()}
 }
 
-// Validate reports every invalid field, each error naming it from "sim".
-func (c SimConfig) Validate() error {
+// ValidateAt reports every invalid field, each error naming it from path ("sim").
+func (c SimConfig) ValidateAt(path string) error {
 	var errs []error
 	if c.FastReplicas < 1 || c.FastReplicas > 16 {
-		errs = append(errs, fmt.Errorf("sim.fast_replicas: must be in [1, 16], got %d", c.FastReplicas))
+		errs = append(errs, fmt.Errorf("%s.fast_replicas: must be in [1, 16], got %d", path, c.FastReplicas))
 	}
 	if c.SlowReplicas < 1 || c.SlowReplicas > 16 {
-		errs = append(errs, fmt.Errorf("sim.slow_replicas: must be in [1, 16], got %d", c.SlowReplicas))
+		errs = append(errs, fmt.Errorf("%s.slow_replicas: must be in [1, 16], got %d", path, c.SlowReplicas))
 	}
-	// sim.Config names its fields from "sim."; re-root them under the replica kind.
-	errs = append(errs,
-		rerooted("sim.", "sim.fast.", c.Fast.Validate()),
-		rerooted("sim.", "sim.slow.", c.Slow.Validate()),
-	)
+	errs = append(errs, c.Fast.ValidateAt(path+".fast"), c.Slow.ValidateAt(path+".slow"))
 	return errors.Join(errs...)
 }
 
@@ -276,17 +228,18 @@ type AdminConfig struct {
 // minTokenLen keeps guessable admin tokens out; 16 random bytes are far beyond brute force.
 const minTokenLen = 16
 
-// Validate reports a token that is too short or padded with whitespace.
-func (c AdminConfig) Validate() error {
+// ValidateAt reports a token that is too short or padded with whitespace, named from path
+// ("admin").
+func (c AdminConfig) ValidateAt(path string) error {
 	if c.Token == "" {
 		return nil
 	}
 	var errs []error
 	if len(c.Token) < minTokenLen {
-		errs = append(errs, fmt.Errorf("admin.token: must be at least %d bytes when set, got %d", minTokenLen, len(c.Token)))
+		errs = append(errs, fmt.Errorf("%s.token: must be at least %d bytes when set, got %d", path, minTokenLen, len(c.Token)))
 	}
 	if strings.TrimSpace(c.Token) != c.Token || strings.ContainsAny(c.Token, "\r\n\t ") {
-		errs = append(errs, errors.New("admin.token: must not contain whitespace"))
+		errs = append(errs, fmt.Errorf("%s.token: must not contain whitespace", path))
 	}
 	return errors.Join(errs...)
 }
@@ -302,18 +255,18 @@ type LogConfig struct {
 // DefaultLogConfig returns JSON logs at info level.
 func DefaultLogConfig() LogConfig { return LogConfig{Level: "info", Format: "json"} }
 
-// Validate reports an unknown level or format.
-func (c LogConfig) Validate() error {
+// ValidateAt reports an unknown level or format, named from path ("log").
+func (c LogConfig) ValidateAt(path string) error {
 	var errs []error
 	switch c.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		errs = append(errs, fmt.Errorf("log.level: must be debug, info, warn or error, got %q", c.Level))
+		errs = append(errs, fmt.Errorf("%s.level: must be debug, info, warn or error, got %q", path, c.Level))
 	}
 	switch c.Format {
 	case "json", "text":
 	default:
-		errs = append(errs, fmt.Errorf("log.format: must be json or text, got %q", c.Format))
+		errs = append(errs, fmt.Errorf("%s.format: must be json or text, got %q", path, c.Format))
 	}
 	return errors.Join(errs...)
 }
@@ -324,7 +277,7 @@ func DefaultConfig() Config {
 	return Config{
 		Server:     DefaultServerConfig(),
 		Classifier: classifier.DefaultConfig(),
-		Cache:      DefaultCacheConfig(),
+		Cache:      router.DefaultCacheConfig(),
 		Batcher:    batcher.DefaultConfig(),
 		Decision:   decision.DefaultConfig(),
 		Pools:      PoolsConfig{Fast: DefaultPoolConfig("fast"), Slow: DefaultPoolConfig("slow")},
@@ -335,59 +288,21 @@ func DefaultConfig() Config {
 }
 
 // Validate checks every section and returns all problems at once, joined, each naming its
-// field by its full path ("decision.alpha: must be >= 0, got -1").
+// field by its full path ("decision.alpha: must be >= 0, got -1"): every section's ValidateAt
+// is given its path, so no message is rewritten after the fact.
 func (c Config) Validate() error {
 	return errors.Join(
-		c.Server.Validate(),
-		prefixed("classifier", c.Classifier.Validate()),
-		c.Cache.Validate(),
-		c.Batcher.Validate(),
-		c.Decision.Validate(),
-		c.Pools.Validate(),
-		c.Sim.Validate(),
-		c.Admin.Validate(),
-		c.Log.Validate(),
+		c.Server.ValidateAt("server"),
+		c.Classifier.ValidateAt("classifier"),
+		c.Router().ValidateAt(""),
+		c.Pools.ValidateAt("pools"),
+		c.Sim.ValidateAt("sim"),
+		c.Admin.ValidateAt("admin"),
+		c.Log.ValidateAt("log"),
 	)
 }
 
-// leaves flattens joined errors into their individual messages' errors.
-func leaves(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, leaves(e)...)
-		}
-		return out
-	}
-	return []error{err}
-}
-
-// prefixed roots every error of err at path ("pools.fast" + "replicas: required" →
-// "pools.fast.replicas: required"), leaving those already rooted there alone.
-func prefixed(path string, err error) error {
-	var out []error
-	for _, e := range leaves(err) {
-		if strings.HasPrefix(e.Error(), path+".") || strings.HasPrefix(e.Error(), path+":") {
-			out = append(out, e)
-			continue
-		}
-		out = append(out, fmt.Errorf("%s.%w", path, e))
-	}
-	return errors.Join(out...)
-}
-
-// rerooted replaces the leading from of each error with to.
-func rerooted(from, to string, err error) error {
-	var out []error
-	for _, e := range leaves(err) {
-		if msg, ok := strings.CutPrefix(e.Error(), from); ok {
-			out = append(out, fmt.Errorf("%s%s", to, msg))
-			continue
-		}
-		out = append(out, fmt.Errorf("%s%w", to, e))
-	}
-	return errors.Join(out...)
+// Router returns the request pipeline's sections (cache, batcher, decision).
+func (c Config) Router() router.Config {
+	return router.Config{Cache: c.Cache, Batcher: c.Batcher, Decision: c.Decision}
 }

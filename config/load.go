@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/triage-gw/triage/upstream"
 	"gopkg.in/yaml.v3"
 )
 
@@ -99,7 +100,7 @@ func decodeYAML(data []byte, cfg *Config) error {
 // normalizeDecoded makes an explicit empty list equal to an absent one ("replicas: []" in
 // the example reads the same as the default).
 func normalizeDecoded(cfg *Config) {
-	for _, p := range []*PoolConfig{&cfg.Pools.Fast, &cfg.Pools.Slow} {
+	for _, p := range []*upstream.PoolConfig{&cfg.Pools.Fast, &cfg.Pools.Slow} {
 		if len(p.Replicas) == 0 {
 			p.Replicas = nil
 		}

@@ -32,7 +32,7 @@ func (c Config) Redacted() Config {
 	return c
 }
 
-func redactPool(p PoolConfig) PoolConfig {
+func redactPool(p upstream.PoolConfig) upstream.PoolConfig {
 	p.Replicas = slices.Clone(p.Replicas)
 	for i, r := range p.Replicas {
 		if u, err := url.Parse(r.URL); err == nil && u.User != nil {
@@ -55,7 +55,7 @@ func redactPool(p PoolConfig) PoolConfig {
 // weighted policy refuses).
 func (c Config) YAML() ([]byte, error) {
 	r := c.Redacted()
-	for _, p := range []*PoolConfig{&r.Pools.Fast, &r.Pools.Slow} {
+	for _, p := range []*upstream.PoolConfig{&r.Pools.Fast, &r.Pools.Slow} {
 		if p.Policy.Weighted.Scorers == nil {
 			p.Policy.Weighted.Scorers = upstream.DefaultScorerWeights()
 		}

@@ -23,8 +23,9 @@ type Config struct {
 	Alpha float64 `yaml:"alpha"`
 	// MaxSlowConcurrency is the slow-path semaphore's size, >= 1. Default 50.
 	MaxSlowConcurrency int `yaml:"max_slow_concurrency"`
-	// GreyLow and GreyHigh bound the grey zone (inclusive): 0 <= GreyLow <= 0.5 <= GreyHigh <= 1
-	// and GreyLow < GreyHigh. Defaults 0.45 and 0.55.
+	// GreyLow and GreyHigh bound the grey zone (inclusive): 0 <= GreyLow < GreyHigh <= 1. The
+	// zone should contain the model's label threshold (0.5 for the shipped model). Defaults
+	// 0.45 and 0.55.
 	GreyLow  float64 `yaml:"grey_low"`
 	GreyHigh float64 `yaml:"grey_high"`
 	// HighQueue: in the grey zone, a batcher queue longer than this goes fast. Default 10.
@@ -49,42 +50,45 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every invalid field, each error naming it.
-func (c Config) Validate() error {
+// Validate is ValidateAt("decision").
+func (c Config) Validate() error { return c.ValidateAt("decision") }
+
+// ValidateAt reports every invalid field, each error naming it from path ("decision.alpha").
+func (c Config) ValidateAt(path string) error {
 	var errs []error
 	if c.Policy != PolicyQuadratic && c.Policy != PolicyGreyZone {
-		errs = append(errs, fmt.Errorf("decision.policy: must be %q or %q, got %q", PolicyQuadratic, PolicyGreyZone, c.Policy))
+		errs = append(errs, fmt.Errorf("%s.policy: must be %q or %q, got %q", path, PolicyQuadratic, PolicyGreyZone, c.Policy))
 	}
 	baseOK := c.Base > 0 && c.Base < 1 // also false for NaN
 	if !baseOK {
-		errs = append(errs, fmt.Errorf("decision.base: must be in (0, 1), got %v", c.Base))
+		errs = append(errs, fmt.Errorf("%s.base: must be in (0, 1), got %v", path, c.Base))
 	}
 	alphaOK := c.Alpha >= 0
 	if !alphaOK {
-		errs = append(errs, fmt.Errorf("decision.alpha: must be >= 0, got %v", c.Alpha))
+		errs = append(errs, fmt.Errorf("%s.alpha: must be >= 0, got %v", path, c.Alpha))
 	}
 	// At full load the threshold is base+alpha; above 1 no P(slow) could pass it. The epsilon
 	// keeps sums like 0.55+0.45 from failing on float rounding.
 	if baseOK && alphaOK && c.Base+c.Alpha > 1+1e-12 {
-		errs = append(errs, fmt.Errorf("decision.alpha: base+alpha must be <= 1 or nothing can go slow at full load, got %v+%v", c.Base, c.Alpha))
+		errs = append(errs, fmt.Errorf("%s.alpha: base+alpha must be <= 1 or nothing can go slow at full load, got %v+%v", path, c.Base, c.Alpha))
 	}
 	if c.MaxSlowConcurrency < 1 {
-		errs = append(errs, fmt.Errorf("decision.max_slow_concurrency: must be >= 1, got %d", c.MaxSlowConcurrency))
+		errs = append(errs, fmt.Errorf("%s.max_slow_concurrency: must be >= 1, got %d", path, c.MaxSlowConcurrency))
 	}
-	if !(c.GreyLow >= 0 && c.GreyLow <= ModelCutoff) {
-		errs = append(errs, fmt.Errorf("decision.grey_low: must be in [0, 0.5], got %v", c.GreyLow))
+	if !(c.GreyLow >= 0 && c.GreyLow <= 1) {
+		errs = append(errs, fmt.Errorf("%s.grey_low: must be in [0, 1], got %v", path, c.GreyLow))
 	}
-	if !(c.GreyHigh >= ModelCutoff && c.GreyHigh <= 1) {
-		errs = append(errs, fmt.Errorf("decision.grey_high: must be in [0.5, 1], got %v", c.GreyHigh))
+	if !(c.GreyHigh >= 0 && c.GreyHigh <= 1) {
+		errs = append(errs, fmt.Errorf("%s.grey_high: must be in [0, 1], got %v", path, c.GreyHigh))
 	}
 	if c.GreyLow >= c.GreyHigh {
-		errs = append(errs, fmt.Errorf("decision.grey_high: must be > grey_low (%v), got %v", c.GreyLow, c.GreyHigh))
+		errs = append(errs, fmt.Errorf("%s.grey_high: must be > grey_low (%v), got %v", path, c.GreyLow, c.GreyHigh))
 	}
 	if c.LowQueue < 0 {
-		errs = append(errs, fmt.Errorf("decision.low_queue: must be >= 0, got %d", c.LowQueue))
+		errs = append(errs, fmt.Errorf("%s.low_queue: must be >= 0, got %d", path, c.LowQueue))
 	}
 	if c.HighQueue < c.LowQueue {
-		errs = append(errs, fmt.Errorf("decision.high_queue: must be >= low_queue (%d), got %d", c.LowQueue, c.HighQueue))
+		errs = append(errs, fmt.Errorf("%s.high_queue: must be >= low_queue (%d), got %d", path, c.LowQueue, c.HighQueue))
 	}
 	return errors.Join(errs...)
 }

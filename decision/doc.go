@@ -3,46 +3,48 @@
 // # Purpose
 //
 // The classifier says how likely a prompt needs the slow (large, expensive) pool: P(slow) in
-// [0, 1]. The model's own label is slow iff P(slow) > 0.5 ([ModelCutoff]). A [Policy] turns that
-// probability and the gateway's current load ([State]) into a [Decision]. Two policies exist so
-// they can be compared on the same traffic (seed 003):
+// [0, 1]. The model's own label is slow iff P(slow) > its cutoff, the label_threshold of the
+// model's manifest (0.5 for the shipped model), which comes with every [Score]: there is no
+// second copy of the boundary here. A [Policy] turns the score and the gateway's current load
+// ([State]) into a [Decision]. Two policies exist so they can be compared on the same traffic
+// (the original Triage design tried both, in this order; see docs/sources.md):
 //
-//   - [Quadratic] (seed "main2", the default): load = SlowActive/SlowMax in [0, 1];
-//     threshold = Base + Alpha·load²; slow iff P(slow) > threshold. With the defaults (Base 0.5,
+//   - [Quadratic] (the design's second version, the default): load = SlowActive/SlowMax in
+//     [0, 1]; threshold = Base + Alpha·load²; slow iff P(slow) > threshold. With the defaults (Base 0.5,
 //     Alpha 0.45) the threshold is 0.50 when idle, 0.6125 at half load and 0.95 at full load, so a
 //     saturated slow pool only takes prompts the model is nearly sure about. Base+Alpha must not
 //     exceed 1: above 1 nothing could ever go slow at full load, which is a dead configuration
 //     rather than a policy.
-//   - [GreyZone] (seed "main"): outside the grey zone [GreyLow, GreyHigh] (default
+//   - [GreyZone] (the design's first version): outside the grey zone [GreyLow, GreyHigh] (default
 //     [0.45, 0.55], both ends inclusive) the model's label decides; inside it the batcher's queue
 //     length overrides: more than HighQueue (10) waiting → fast, fewer than LowQueue (3) → slow,
 //     otherwise the model's label. It ignores the slow pool's occupancy; the reported threshold is
-//     always [ModelCutoff].
+//     always the model's cutoff.
 //
-// The seed's main2 also defines HIGH_CONFIDENCE_MARGIN = 0.3 but its decision never reads it;
-// this package deliberately gives it no meaning. The "only P(slow) > 0.95 goes slow at full load"
+// The original design also defines a "high-confidence margin" of 0.3 but its decision never
+// reads it; this package deliberately gives it no meaning. The "only P(slow) > 0.95 goes slow at full load"
 // property comes from Base+Alpha, not from a margin.
 //
 // A NaN probability compares false with every threshold, so it always decides fast.
 //
 // # Reasons
 //
-// Every decision carries one [Reason]; the HTTP layer writes it into x-router-reason and a
+// Every decision carries one [Reason]; the gateway writes it into x-router-reason and a
 // metric label, so the set is small and fixed:
 //
 //   - slow_granted: P(slow) > threshold (quadratic), or the model's label is slow outside the
 //     grey zone or in its middle band (grey-zone). The caller must still win the slow-path
 //     [Semaphore].
-//   - fast_model: the model's label is fast (P(slow) ≤ 0.5) and the threshold did not let it
+//   - fast_model: the model's label is fast (P(slow) ≤ cutoff) and the threshold did not let it
 //     through either.
-//   - load_shedding: the model's label is slow (P(slow) > 0.5) but the load-raised threshold is
-//     at or above P(slow). With Base above 0.5 this also covers P(slow) in (0.5, Base] at zero
-//     load, because the threshold then never drops to the model's cutoff.
+//   - load_shedding: the model's label is slow (P(slow) > cutoff) but the load-raised threshold
+//     is at or above P(slow). With Base above the cutoff this also covers P(slow) in
+//     (cutoff, Base] at zero load, because the threshold then never drops to the cutoff.
 //   - grey_zone_fast: grey-zone policy, P(slow) inside the zone and the queue is long.
 //   - grey_zone_slow: grey-zone policy, P(slow) inside the zone and the queue is short.
-//   - slow_saturated: set by the HTTP layer, not by a Policy — the policy said slow but
+//   - slow_saturated: set by the request pipeline (package router), not by a Policy — the policy said slow but
 //     [Semaphore.TryAcquire] failed, so the request was shed to fast instead of queued.
-//   - slow_unhealthy: set by the HTTP layer — the policy said slow but the slow pool has no
+//   - slow_unhealthy: set by the request pipeline — the policy said slow but the slow pool has no
 //     healthy replica.
 //
 // # Concurrency
@@ -60,5 +62,5 @@
 // success it holds the slot until its upstream response has fully ended (streaming included) and
 // then calls Release exactly once. On failure it goes fast with reason slow_saturated — the slow
 // path never queues (the seed's asyncio.Semaphore waited; we shed instead). Nothing here owns a
-// goroutine or needs closing. Metrics are the HTTP layer's job.
+// goroutine or needs closing. Metrics are the request pipeline's job.
 package decision

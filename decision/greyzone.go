@@ -5,8 +5,10 @@ import "math"
 var _ Policy = (*GreyZone)(nil)
 
 // GreyZone trusts the model's label except in an uncertain band around the cutoff, where the
-// batcher's queue length decides (seed 003, main). It ignores slow-pool occupancy, which is why
-// the seed replaced it; it is kept for comparison.
+// batcher's queue length decides (the original Triage design's first version). It ignores
+// slow-pool occupancy, which is why that design replaced it; it is kept for comparison. The
+// band should contain the model's cutoff (0.5 for the shipped model); outside it the label
+// decides whatever the band.
 //
 // Build it with NewPolicy from a validated Config; the fields are exported for tests and tools.
 type GreyZone struct {
@@ -18,17 +20,17 @@ type GreyZone struct {
 	LowQueue int
 }
 
-// Decide implements Policy. The reported threshold is always ModelCutoff.
-func (g *GreyZone) Decide(pSlow float64, st State) Decision {
+// Decide implements Policy. The reported threshold is always the model's cutoff.
+func (g *GreyZone) Decide(s Score, st State) Decision {
 	load := st.Load()
-	if math.IsNaN(pSlow) || pSlow < g.Low || pSlow > g.High {
-		return modelDecision(pSlow, load)
+	if math.IsNaN(s.PSlow) || s.PSlow < g.Low || s.PSlow > g.High {
+		return modelDecision(s, load)
 	}
 	switch {
 	case st.QueueLen > g.HighQueue:
-		return Decision{Slow: false, Reason: ReasonGreyZoneFast, Threshold: ModelCutoff, Load: load}
+		return Decision{Slow: false, Reason: ReasonGreyZoneFast, Threshold: s.Cutoff, Load: load}
 	case st.QueueLen < g.LowQueue:
-		return Decision{Slow: true, Reason: ReasonGreyZoneSlow, Threshold: ModelCutoff, Load: load}
+		return Decision{Slow: true, Reason: ReasonGreyZoneSlow, Threshold: s.Cutoff, Load: load}
 	}
-	return modelDecision(pSlow, load)
+	return modelDecision(s, load)
 }

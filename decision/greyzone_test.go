@@ -43,10 +43,10 @@ func TestGreyZoneDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("p=%v/queue=%d", tt.pSlow, tt.queue), func(t *testing.T) {
-			d := p.Decide(tt.pSlow, State{SlowActive: 40, SlowMax: 50, QueueLen: tt.queue})
+			d := p.Decide(Score{PSlow: tt.pSlow, Cutoff: 0.5}, State{SlowActive: 40, SlowMax: 50, QueueLen: tt.queue})
 			require.Equal(t, tt.slow, d.Slow)
 			require.Equal(t, tt.reason, d.Reason)
-			require.Equal(t, ModelCutoff, d.Threshold)
+			require.Equal(t, 0.5, d.Threshold)
 			require.InDelta(t, 0.8, d.Load, 1e-12)
 		})
 	}

@@ -1,9 +1,5 @@
 package decision
 
-// ModelCutoff is the classifier's own decision boundary: the model labels a prompt slow iff
-// P(slow) > ModelCutoff.
-const ModelCutoff = 0.5
-
 // Reason says why a request went the way it did. Values are a small fixed set (see the package
 // documentation) and are safe as metric label values.
 type Reason string
@@ -17,7 +13,7 @@ const (
 	ReasonGreyZoneSlow Reason = "grey_zone_slow"
 )
 
-// Reasons set by the HTTP layer after a Policy said slow.
+// Reasons set by the request pipeline (package router) after a Policy said slow.
 const (
 	// ReasonSlowSaturated: the slow-path Semaphore was full, so the request was shed to fast.
 	ReasonSlowSaturated Reason = "slow_saturated"
@@ -63,18 +59,32 @@ type Decision struct {
 	Load float64
 }
 
-// Policy decides fast or slow from the classifier's P(slow) and the current load.
+// Score is the classifier's output for one prompt together with the boundary of the model
+// that produced it.
+type Score struct {
+	// PSlow is P(slow | prompt) in [0, 1].
+	PSlow float64
+	// Cutoff is the model's own label boundary (its manifest's label_threshold): the model
+	// says slow iff PSlow > Cutoff. It comes with the score because it belongs to the model,
+	// which a reload may replace.
+	Cutoff float64
+}
+
+// ModelSlow reports whether the model's own label is slow. NaN is never slow.
+func (s Score) ModelSlow() bool { return s.PSlow > s.Cutoff }
+
+// Policy decides fast or slow from the classifier's score and the current load.
 //
 // Decide must be pure, safe for concurrent use and allocation-free: it runs on every request,
 // cache hits included (a cached P(slow) is re-decided under the current load).
 type Policy interface {
-	Decide(pSlow float64, st State) Decision
+	Decide(s Score, st State) Decision
 }
 
 // modelDecision is the decision the classifier's label alone would make.
-func modelDecision(pSlow, load float64) Decision {
-	if pSlow > ModelCutoff {
-		return Decision{Slow: true, Reason: ReasonSlowGranted, Threshold: ModelCutoff, Load: load}
+func modelDecision(s Score, load float64) Decision {
+	if s.ModelSlow() {
+		return Decision{Slow: true, Reason: ReasonSlowGranted, Threshold: s.Cutoff, Load: load}
 	}
-	return Decision{Slow: false, Reason: ReasonFastModel, Threshold: ModelCutoff, Load: load}
+	return Decision{Slow: false, Reason: ReasonFastModel, Threshold: s.Cutoff, Load: load}
 }

@@ -23,7 +23,7 @@ func defaultQuadratic(t *testing.T) *Quadratic {
 	return q
 }
 
-// TestQuadraticCurve pins the seed's published curve (seed 003, main2).
+// TestQuadraticCurve pins the original design's published curve.
 func TestQuadraticCurve(t *testing.T) {
 	q := defaultQuadratic(t)
 	tests := []struct {
@@ -38,7 +38,7 @@ func TestQuadraticCurve(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("load=%v", tt.load), func(t *testing.T) {
 			require.InDelta(t, tt.threshold, q.Threshold(tt.load), 1e-9)
-			d := q.Decide(0.5, stateAt(tt.load))
+			d := q.Decide(Score{PSlow: 0.5, Cutoff: 0.5}, stateAt(tt.load))
 			require.InDelta(t, tt.threshold, d.Threshold, 1e-9)
 			require.InDelta(t, tt.load, d.Load, 1e-12)
 		})
@@ -78,7 +78,7 @@ func TestQuadraticDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("load=%v/p=%v", tt.load, tt.pSlow), func(t *testing.T) {
-			d := q.Decide(tt.pSlow, stateAt(tt.load))
+			d := q.Decide(Score{PSlow: tt.pSlow, Cutoff: 0.5}, stateAt(tt.load))
 			require.Equal(t, tt.slow, d.Slow)
 			require.Equal(t, tt.reason, d.Reason)
 		})
@@ -87,7 +87,7 @@ func TestQuadraticDecide(t *testing.T) {
 
 func TestQuadraticBaseBelowCutoff(t *testing.T) {
 	q := &Quadratic{Base: 0.4, Alpha: 0.5}
-	d := q.Decide(0.45, State{SlowMax: 10})
+	d := q.Decide(Score{PSlow: 0.45, Cutoff: 0.5}, State{SlowMax: 10})
 	require.True(t, d.Slow, "P above a base below 0.5 goes slow")
 	require.Equal(t, ReasonSlowGranted, d.Reason)
 }
@@ -121,7 +121,7 @@ func TestDecideAllocationFree(t *testing.T) {
 	require.NoError(t, err)
 	st := State{SlowActive: 17, SlowMax: 50, QueueLen: 5}
 	for _, p := range []Policy{q, g} {
-		allocs := testing.AllocsPerRun(1000, func() { _ = p.Decide(0.53, st) })
+		allocs := testing.AllocsPerRun(1000, func() { _ = p.Decide(Score{PSlow: 0.53, Cutoff: 0.5}, st) })
 		require.Zero(t, allocs, "%T.Decide allocates", p)
 	}
 }
@@ -140,9 +140,31 @@ func BenchmarkDecide(b *testing.B) {
 			st := State{SlowActive: 17, SlowMax: 50, QueueLen: 5}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				sinkDecision = p.Decide(float64(i&1023)/1024, st)
+				sinkDecision = p.Decide(Score{PSlow: float64(i&1023) / 1024, Cutoff: 0.5}, st)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/decision")
 		})
 	}
+}
+
+// The model's cutoff comes with the score: a model whose manifest says 0.6 calls 0.55 fast, so
+// a fast decision for it is fast_model, not load_shedding, and 0.65 shed under load is
+// load_shedding.
+func TestReasonsFollowTheScoresCutoff(t *testing.T) {
+	q := &Quadratic{Base: 0.6, Alpha: 0.35}
+	d := q.Decide(Score{PSlow: 0.55, Cutoff: 0.6}, stateAt(0))
+	require.Equal(t, ReasonFastModel, d.Reason)
+	d = q.Decide(Score{PSlow: 0.65, Cutoff: 0.6}, stateAt(1))
+	require.Equal(t, ReasonLoadShedding, d.Reason)
+	d = q.Decide(Score{PSlow: 0.65, Cutoff: 0.6}, stateAt(0))
+	require.Equal(t, ReasonSlowGranted, d.Reason)
+
+	g := &GreyZone{Low: 0.55, High: 0.65, HighQueue: 10, LowQueue: 3}
+	d = g.Decide(Score{PSlow: 0.7, Cutoff: 0.6}, State{SlowMax: 1, QueueLen: 5})
+	require.Equal(t, ReasonSlowGranted, d.Reason)
+	require.Equal(t, 0.6, d.Threshold)
+	d = g.Decide(Score{PSlow: 0.62, Cutoff: 0.6}, State{SlowMax: 1, QueueLen: 5})
+	require.Equal(t, ReasonSlowGranted, d.Reason, "inside the zone with a middling queue the label decides")
+	d = g.Decide(Score{PSlow: 0.58, Cutoff: 0.6}, State{SlowMax: 1, QueueLen: 5})
+	require.Equal(t, ReasonFastModel, d.Reason)
 }

@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/upstream"
 )
 
 // The artifacts, from the repository root.
@@ -750,7 +751,7 @@ func TestComposeStack(t *testing.T) {
 	require.Len(t, mockllms, 4, "two fast and two slow mockllm replicas")
 	type replica struct{ pool, id string }
 	byTarget := map[string]replica{}
-	for pool, pc := range map[string]config.PoolConfig{"fast": cfg.Pools.Fast, "slow": cfg.Pools.Slow} {
+	for pool, pc := range map[string]upstream.PoolConfig{"fast": cfg.Pools.Fast, "slow": cfg.Pools.Slow} {
 		require.Len(t, pc.Replicas, 2, "pool %s", pool)
 		for _, r := range pc.Replicas {
 			u, err := url.Parse(r.URL)

@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/upstream"
 )
 
 // stack is a running gateway with one fast and one slow mockllm replica, configured from
@@ -42,7 +43,7 @@ func startStack(t *testing.T) *stack {
 	var doc map[string]any
 	readYAML(t, composeConfigPath, &doc)
 	pools := doc["pools"].(map[string]any)
-	for pool, pc := range map[string]config.PoolConfig{"fast": cfg.Pools.Fast, "slow": cfg.Pools.Slow} {
+	for pool, pc := range map[string]upstream.PoolConfig{"fast": cfg.Pools.Fast, "slow": cfg.Pools.Slow} {
 		id := pc.Replicas[0].ID
 		watch, addrCh := listenAddr("mockllm listening")
 		p := start(t, "mockllm "+id, root, nil, watch, mockBin,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -30,50 +31,10 @@ func (s *Server) admin(h handlerFunc) handlerFunc {
 	}
 }
 
-// ReloadResult reports a model reload.
-type ReloadResult struct {
-	Previous string `json:"previous_version"`
-	Current  string `json:"model_version"`
-}
-
-// Reload loads the model again (the Loader reads the artifacts afresh), probes it and, if it
-// works, makes it current: new batches use it, batches in flight finish on the old one,
-// which is closed when the last of them ends; cache keys follow the new version. A model
-// that fails to load or to classify the probe is refused with an error, logged here, and the
-// old model keeps serving. Reloads are serialised; Reload is safe for concurrent use.
-func (s *Server) Reload(ctx context.Context) (ReloadResult, error) {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	prev := s.models.version()
-	res := ReloadResult{Previous: prev, Current: prev}
-	m, err := s.load()
-	if err == nil {
-		if err = probe(ctx, m); err != nil {
-			m.Close()
-		}
-	}
-	if err == nil {
-		if _, err = s.models.swap(m); err != nil {
-			m.Close()
-			return res, err
-		}
-	}
-	if err != nil {
-		s.m.reloads.WithLabelValues("error").Inc()
-		s.log.Error("model reload refused; the current model keeps serving", "model_version", prev, "err", err)
-		return res, &reloadError{err: err}
-	}
-	res.Current = m.Version()
-	s.m.reloads.WithLabelValues("ok").Inc()
-	s.m.setModel(res.Current)
-	s.log.Info("model reloaded", "previous_version", prev, "model_version", res.Current)
-	return res, nil
-}
-
 func (s *Server) handleReload(c *fiber.Ctx, _ *request) error {
 	ctx, cancel := context.WithTimeout(s.base, s.cfg.Server.RequestTimeout)
 	defer cancel()
-	res, err := s.Reload(ctx)
+	res, err := s.router.Reload(ctx)
 	if err != nil {
 		return err
 	}
@@ -108,7 +69,7 @@ func (s *Server) setDrain(c *fiber.Ctx, on bool) error {
 	}
 	p := s.poolNamed(req.Pool)
 	if p == nil {
-		return badRequest("unknown_pool", "pool", "pool: must be %q or %q, got %q", pathFast, pathSlow, req.Pool)
+		return badRequest("unknown_pool", "pool", "pool: must be %q or %q, got %q", router.PathFast, router.PathSlow, req.Pool)
 	}
 	if req.Replica == "" {
 		return badRequest("missing_field", "replica", "replica: required")
@@ -133,9 +94,9 @@ func (s *Server) setDrain(c *fiber.Ctx, on bool) error {
 // poolNamed finds a pool by path ("fast", "slow") or configured name.
 func (s *Server) poolNamed(name string) *upstream.Pool {
 	switch name {
-	case pathFast, s.fast.Name():
+	case router.PathFast, s.fast.Name():
 		return s.fast
-	case pathSlow, s.slow.Name():
+	case router.PathSlow, s.slow.Name():
 		return s.slow
 	}
 	return nil
@@ -168,16 +129,16 @@ type statusResponse struct {
 
 // handleStatus reports pools and replicas, the model version and the slow-path load.
 func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
-	st := s.state()
+	st := s.router.State()
 	resp := statusResponse{
-		ModelVersion:   s.models.version(),
-		DecisionPolicy: s.cfg.Decision.Policy,
+		ModelVersion:   s.router.Version(),
+		DecisionPolicy: s.router.Policy(),
 		Ready:          s.readiness(),
 		SlowPath: statusSlow{
 			Active:    st.SlowActive,
 			Max:       st.SlowMax,
 			Load:      round6(st.Load()),
-			Threshold: round6(s.policy.Decide(0, st).Threshold),
+			Threshold: round6(s.router.Threshold()),
 		},
 		BatcherQueue: st.QueueLen,
 		InFlight:     s.active.count(),
@@ -185,7 +146,7 @@ func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
 	for _, p := range []struct {
 		path string
 		pool *upstream.Pool
-	}{{pathFast, s.fast}, {pathSlow, s.slow}} {
+	}{{router.PathFast, s.fast}, {router.PathSlow, s.slow}} {
 		resp.Pools = append(resp.Pools, statusPool{
 			Path:     p.path,
 			Name:     p.pool.Name(),

@@ -41,9 +41,9 @@ func TestClassifyReportsEveryTextWithoutExecuting(t *testing.T) {
 
 	require.Empty(t, ts.fast.requests(), "classify executes nothing")
 	require.Empty(t, ts.slow.requests())
-	require.Equal(t, 0, ts.sem.Active(), "classify never takes a slow slot")
+	require.Equal(t, 0, ts.router.State().SlowActive, "classify never takes a slow slot")
 
-	ts.cache.wait()
+	ts.router.WaitCache()
 	resp, b := postJSON(t, ts.url+"/v1/classify", `{"text": "story p=0.87", "context": "about cats"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	lat, err := strconv.ParseFloat(resp.Header.Get(HeaderLatency), 64)
@@ -59,7 +59,7 @@ func TestClassifyReportsEveryTextWithoutExecuting(t *testing.T) {
 }
 
 func TestClassifyTextsShareBatches(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *Options) { c.Cache.Enabled = false })
+	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Cache.Enabled = false })
 	// Hold the first batch so the request's other texts queue behind it; with
 	// an instant model, whether they overlap would depend on scheduling.
 	release := make(chan struct{})
@@ -87,7 +87,7 @@ func TestClassifyTextsShareBatches(t *testing.T) {
 	}()
 	eventually(t, func() bool {
 		n := firstSize.Load()
-		return n > 0 && int(n)+ts.batch.QueueLen() == len(texts)
+		return n > 0 && int(n)+ts.router.State().QueueLen == len(texts)
 	}, "the other texts queue while the first batch runs")
 	close(release)
 	res := <-done
@@ -122,14 +122,13 @@ func TestOneUnreadableTextFailsOnlyItsOwnRequest(t *testing.T) {
 		}
 		return scoreTexts(texts), nil
 	}
-	res, err := ts.runBatch(context.Background(), []string{"fine p=0.9", "poison", "also fine"})
-	require.NoError(t, err)
-	require.NoError(t, res[0].err)
-	require.InDelta(t, 0.9, res[0].res.PSlow, 1e-6)
-	require.Error(t, res[1].err)
-	require.NoError(t, res[2].err)
+	// Submitted together, the three texts share a batch; only the poisoned one fails.
+	res := classify(t, ts.url, `{"texts":["fine p=0.9","also fine"]}`)
+	require.InDelta(t, 0.9, res[0].PSlow, 1e-6)
+	resp, body := postJSON(t, ts.url+"/v1/classify", `{"texts":["fine p=0.9","poison","also fine"]}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
 
-	resp, body := postJSON(t, ts.url+"/v1/classify", `{"text":"poison"}`)
+	resp, body = postJSON(t, ts.url+"/v1/classify", `{"text":"poison"}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
 	require.Equal(t, "unclassifiable_text", *apiErr(t, body).Code)
 

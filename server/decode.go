@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/router"
 )
 
 // limits bound what a request may carry; from config.ServerConfig.
@@ -22,7 +22,7 @@ type limits struct {
 type textInput struct {
 	// instruction and context as the client sent them.
 	instruction, context string
-	// input is the classifier's input: normalise(FormatInput(instruction, context)). It is the
+	// input is the classifier's input, router.Input(instruction, context). It is the
 	// text the batcher sees and the text part of the cache key.
 	input string
 }
@@ -30,7 +30,7 @@ type textInput struct {
 // newTextInput validates and formats one text; param names it in errors ("text",
 // "texts[3].text", "messages[2].content").
 func newTextInput(instruction, context, param string, lim limits) (textInput, error) {
-	in := normalize(classifier.FormatInput(instruction, context))
+	in := router.Input(instruction, context)
 	// The classifier drops NUL bytes (as BERT's normaliser does), so a text of NULs and
 	// spaces is empty to it.
 	if strings.TrimSpace(strings.ReplaceAll(instruction, "\x00", "")) == "" {

@@ -13,7 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/batcher"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -37,7 +37,7 @@ func requireValidInput(t *testing.T, in textInput) {
 	require.NotEmpty(t, in.input)
 	require.True(t, utf8.ValidString(in.input))
 	require.LessOrEqual(t, len(in.input), fuzzLimits.maxTextBytes)
-	require.Equal(t, in.input, normalize(in.input))
+	require.Equal(t, in.input, router.Input(in.input, ""), "already normalised")
 }
 
 var decodeSeeds = []string{
@@ -165,7 +165,7 @@ func TestErrorResponseMapsEveryErrorInOnePlace(t *testing.T) {
 		{badRequest("x", "text", "bad"), 400, ""},
 		{fiber.ErrNotFound, 404, ""},
 		{fiber.ErrRequestEntityTooLarge, 413, ""},
-		{fmt.Errorf("submit: %w", batcher.ErrQueueFull), 429, "1"},
+		{fmt.Errorf("submit: %w", router.ErrQueueFull), 429, "1"},
 		{fmt.Errorf("pool fast: %w", upstream.ErrRejected), 429, "1"},
 		{fmt.Errorf("pool fast: %w", upstream.ErrNoHealthyReplica), 503, "1"},
 		{&upstream.UpstreamError{Err: fmt.Errorf("%w: no headers", upstream.ErrUpstreamTimeout)}, 504, ""},
@@ -176,10 +176,12 @@ func TestErrorResponseMapsEveryErrorInOnePlace(t *testing.T) {
 		{&upstreamStatusError{status: 429, retryAfter: "7"}, 429, "7"},
 		{fmt.Errorf("pool fast: %w", upstream.ErrInvalidBody), 400, ""},
 		{fmt.Errorf("pool fast: %w %q", upstream.ErrUnknownReplica, "x"), 404, ""},
-		{batcher.ErrClosed, 503, ""},
+		{router.ErrClosed, 503, ""},
 		{context.Canceled, 503, ""},
-		{errNoModel, 503, ""},
-		{&reloadError{err: errors.New("bad head")}, 500, ""},
+		{router.ErrNoModel, 503, ""},
+		{&router.ReloadError{Err: errors.New("bad head")}, 500, ""},
+		{&router.UnclassifiableError{Err: errors.New("bad text")}, 400, ""},
+		{&upstream.HeaderError{Name: "User-Agent", Offset: 1, Byte: 1}, 400, ""},
 		{errors.New("something else"), 500, ""},
 	} {
 		t.Run(tc.err.Error(), func(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/triage-gw/triage/batcher"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -71,8 +71,6 @@ func (e *apiError) body() errorBody {
 var (
 	// errShuttingDown: the gateway is draining and takes no new work.
 	errShuttingDown = errors.New("server is shutting down")
-	// errNoModel: no classifier is loaded (only after Close).
-	errNoModel = errors.New("no classifier model loaded")
 	// errRequestTimeout: server.request_timeout ran out. It wraps context.DeadlineExceeded so
 	// it maps like any deadline.
 	errRequestTimeout = fmt.Errorf("request exceeded server.request_timeout: %w", context.DeadlineExceeded)
@@ -91,30 +89,23 @@ func (e *upstreamStatusError) Error() string {
 	return fmt.Sprintf("execution on pool %s (replica %s) answered status %d", e.pool, e.replica, e.status)
 }
 
-// reloadError is a refused model reload; Reload has already logged it.
-type reloadError struct{ err error }
-
-func (e *reloadError) Error() string {
-	return "model reload refused, the current model keeps serving: " + e.err.Error()
-}
-func (e *reloadError) Unwrap() error { return e.err }
-
 // errorResponse is the one place where errors become HTTP answers:
 //
 //	*apiError                                  as built (input errors: 400, 401, 404, 413, 415, ...)
 //	*fiber.Error (router, body limit)          its status, OpenAI-shaped
-//	batcher.ErrQueueFull                       429, Retry-After: 1
+//	router.ErrQueueFull                        429, Retry-After: 1
 //	upstream.ErrRejected                       429, Retry-After: 1
 //	upstream.ErrNoHealthyReplica               503
 //	upstream.ErrUpstreamTimeout, deadline      504
-//	batcher.ErrClosed, shutting down, no model 503 (context.Canceled: cut by shutdown)
+//	router.ErrClosed, shutting down, no model  503 (context.Canceled: cut by shutdown)
+//	*router.UnclassifiableError                400 unclassifiable_text
 //	*upstream.UpstreamError                    502
 //	non-2xx execution of query-process         429 for 429 (Retry-After passed on), else 502
 //	*upstream.HeaderError                      400 invalid_header, param = the header's name
 //	upstream.ErrInvalidRequest                 400 (a request no replica could be sent)
 //	upstream.ErrInvalidBody                    400
 //	upstream.ErrUnknownReplica                 404
-//	refused model reload                       500 (logged by Reload)
+//	*router.ReloadError                        500 (logged by Reload)
 //	anything else                              500, logged here once
 func errorResponse(err error, log *slog.Logger) *apiError {
 	var (
@@ -123,14 +114,17 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 		ue  *upstream.UpstreamError
 		se  *upstreamStatusError
 		he  *upstream.HeaderError
-		rle *reloadError
+		uce *router.UnclassifiableError
+		rle *router.ReloadError
 	)
 	switch {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &fe):
 		return fiberError(fe)
-	case errors.Is(err, batcher.ErrQueueFull):
+	case errors.As(err, &uce):
+		return badRequest("unclassifiable_text", "", "%v", uce)
+	case errors.Is(err, router.ErrQueueFull):
 		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "classifier_queue_full",
 			message: "the classifier queue is full; retry shortly", retryAfter: "1"}
 	case errors.Is(err, upstream.ErrRejected):
@@ -141,12 +135,12 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 			message: err.Error(), retryAfter: "1"}
 	case errors.Is(err, upstream.ErrUpstreamTimeout), errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, typ: typeTimeout, code: "timeout", message: err.Error()}
-	case errors.Is(err, batcher.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, context.Canceled):
+	case errors.Is(err, router.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, context.Canceled):
 		// A request's context is cancelled only by the hard stop at the end of the drain
 		// (timeouts are mapped above): it is the shutdown that failed it.
 		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "shutting_down",
 			message: errShuttingDown.Error()}
-	case errors.Is(err, errNoModel):
+	case errors.Is(err, router.ErrNoModel):
 		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_model",
 			message: err.Error()}
 	case errors.As(err, &ue):

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/router"
 )
 
 // rawPost writes one HTTP/1.1 request byte for byte (most clients refuse to send a control
@@ -40,7 +42,7 @@ func TestControlByteInForwardedHeaderIsA400AndEjectsNobody(t *testing.T) {
 	cfg.Pools.Fast.PassiveEjection.ConsecutiveFailures = 1
 	cfg.Pools.Slow.PassiveEjection.ConsecutiveFailures = 1
 	model := newFakeModel("v1")
-	s, url, _ := run(t, cfg, Options{Load: func() (Model, error) { return model, nil }})
+	s, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return model, nil }})
 
 	chat := `{"messages":[{"role":"user","content":"hello p=0.1"}]}`
 	slowChat := `{"messages":[{"role":"user","content":"epic p=0.9"}],"stream":true}`
@@ -63,7 +65,7 @@ func TestControlByteInForwardedHeaderIsA400AndEjectsNobody(t *testing.T) {
 	require.Empty(t, f0.requests())
 	require.Empty(t, f1.requests())
 	require.Empty(t, s0.requests())
-	require.Zero(t, s.sem.Active(), "a refused request holds no slow-path slot")
+	require.Zero(t, s.router.State().SlowActive, "a refused request holds no slow-path slot")
 
 	resp, body := do(t, http.MethodGet, url+"/readyz", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))

@@ -7,12 +7,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -29,25 +30,21 @@ func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 	session := strings.Clone(c.Get(HeaderSession))
 	dl := s.newDeadline()
 	defer dl.end()
-	r, err := s.routeText(dl.ctx, rq, in)
+	r, err := s.route(dl.ctx, rq, in.input)
 	if err != nil {
 		return dl.err(err)
 	}
-	defer r.release() // the execution below has ended by then: the slot is held exactly that long
+	defer r.Release() // the execution below has ended by then: the slot is held exactly that long
 	setRouteHeaders(c, rq, &r)
-	replica, err := s.execute(dl.ctx, r.pool, in, session)
+	replica, err := s.execute(dl.ctx, r.Pool, in, session)
 	if replica != "" {
 		c.Set(HeaderReplica, replica)
 	}
 	if err != nil {
 		return dl.err(err)
 	}
-	label := "0"
-	if r.slow {
-		label = "1"
-	}
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.SendString(`{"label":"` + label + `"}`)
+	return c.SendString(`{"label":"` + strconv.Itoa(r.Label()) + `"}`)
 }
 
 // executeRequest is the small chat completion query-process runs on the chosen pool. The
@@ -132,16 +129,13 @@ func (s *Server) handleClassify(c *fiber.Ctx, rq *request) error {
 	dl := s.newDeadline()
 	defer dl.end()
 	out := make([]classifyResult, len(ins))
-	routes := make([]route, len(ins))
+	routes := make([]router.Route, len(ins))
 	errs := make([]error, len(ins))
 	one := func(i int) {
-		sc, err := s.score(dl.ctx, ins[i].input)
-		if err != nil {
-			errs[i] = err
-			return
+		routes[i], errs[i] = s.router.Preview(dl.ctx, ins[i].input)
+		if errs[i] == nil {
+			out[i] = resultFor(&routes[i])
 		}
-		routes[i] = s.decide(sc, false)
-		out[i] = resultFor(routes[i])
 	}
 	if len(ins) == 1 {
 		one(0)
@@ -160,10 +154,10 @@ func (s *Server) handleClassify(c *fiber.Ctx, rq *request) error {
 	}
 	// x-router-latency: arrival to the last text's decision. Server-Timing breaks a single
 	// text's time down like a routed request's; for several texts the parts overlap.
-	last := routes[0].decided
+	last := routes[0].Decided
 	for _, r := range routes[1:] {
-		if r.decided.After(last) {
-			last = r.decided
+		if r.Decided.After(last) {
+			last = r.Decided
 		}
 	}
 	c.Set(HeaderLatency, millis(last.Sub(rq.arrival)))
@@ -173,26 +167,19 @@ func (s *Server) handleClassify(c *fiber.Ctx, rq *request) error {
 	return sendJSON(c, http.StatusOK, classifyResponse{Results: out})
 }
 
-func resultFor(r route) classifyResult {
-	res := classifyResult{
-		PSlow:        round6(float64(r.res.PSlow)),
-		ModelLabel:   classifier.FastLabel,
-		Label:        classifier.FastLabel,
-		Path:         r.path(),
-		Reason:       string(r.reason),
-		Threshold:    round6(r.Threshold),
-		Load:         round6(r.Load),
-		Cache:        r.cacheResult(),
-		Tokens:       r.res.Tokens,
-		ModelVersion: r.version,
+func resultFor(r *router.Route) classifyResult {
+	return classifyResult{
+		PSlow:        round6(float64(r.PSlow)),
+		ModelLabel:   r.ModelLabel(),
+		Label:        r.Label(),
+		Path:         r.Path(),
+		Reason:       string(r.Reason),
+		Threshold:    round6(r.Decision.Threshold),
+		Load:         round6(r.Decision.Load),
+		Cache:        r.CacheResult(),
+		Tokens:       r.Tokens,
+		ModelVersion: r.Version,
 	}
-	if r.res.PSlow > classifier.LabelCutoff {
-		res.ModelLabel = classifier.SlowLabel
-	}
-	if r.slow {
-		res.Label = classifier.SlowLabel
-	}
-	return res
 }
 
 // round6 keeps float32 noise (0.8700000047683716) out of JSON.
@@ -242,7 +229,7 @@ type readiness struct {
 
 func (s *Server) readiness() readiness {
 	r := readiness{
-		Model:    s.models.version() != "",
+		Model:    s.router.Version() != "",
 		FastPool: s.fast.Healthy(),
 		SlowPool: s.slow.Healthy(),
 		Draining: s.draining.Load(),

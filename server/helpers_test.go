@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -30,6 +32,7 @@ const testToken = "test-admin-token-0123456789"
 // text (0.1 without one), so a test picks each text's probability in the text itself.
 type fakeModel struct {
 	version string
+	cutoff  float64 // 0: 0.5
 	// classify, when set, replaces the default scoring.
 	classify func(ctx context.Context, texts []string) ([]classifier.Result, error)
 
@@ -57,6 +60,14 @@ func (m *fakeModel) Classify(ctx context.Context, texts []string) ([]classifier.
 
 func (m *fakeModel) Version() string { return m.version }
 
+// LabelThreshold is the fake's boundary: 0.5 unless cutoff is set.
+func (m *fakeModel) LabelThreshold() float64 {
+	if m.cutoff != 0 {
+		return m.cutoff
+	}
+	return 0.5
+}
+
 func (m *fakeModel) Close() error {
 	if m.closed.Swap(true) {
 		panic("fakeModel closed twice")
@@ -83,7 +94,7 @@ func scoreTexts(texts []string) []classifier.Result {
 			}
 		}
 		label := classifier.FastLabel
-		if p > classifier.LabelCutoff {
+		if p > 0.5 {
 			label = classifier.SlowLabel
 		}
 		out[i] = classifier.Result{PSlow: p, Label: label, Tokens: len(strings.Fields(t)) + 2}
@@ -189,7 +200,7 @@ func testConfig(fast, slow []string) config.Config {
 	cfg.Server.RequestTimeout = 10 * time.Second
 	cfg.Admin.Token = testToken
 	for _, p := range []struct {
-		pc   *config.PoolConfig
+		pc   *upstream.PoolConfig
 		urls []string
 	}{{&cfg.Pools.Fast, fast}, {&cfg.Pools.Slow, slow}} {
 		p.pc.HealthCheck.Interval = 0
@@ -212,7 +223,13 @@ type testServer struct {
 	stop  func() error // cancels Run and returns its error
 }
 
-type serverOption func(*config.Config, *Options)
+// testOptions are what a test may change besides the config.
+type testOptions struct {
+	load     router.Loader
+	backends []Backend
+}
+
+type serverOption func(*config.Config, *testOptions)
 
 // startServer runs a server over two fake upstreams (one replica each) and a fake model.
 func startServer(t *testing.T, opts ...serverOption) *testServer {
@@ -220,7 +237,7 @@ func startServer(t *testing.T, opts ...serverOption) *testServer {
 	fast, slow := newFakeUpstream(t), newFakeUpstream(t)
 	cfg := testConfig([]string{fast.srv.URL}, []string{slow.srv.URL})
 	ts := &testServer{model: newFakeModel("v1"), fast: fast, slow: slow}
-	o := Options{Load: func() (Model, error) { return ts.model, nil }}
+	o := testOptions{load: func() (router.Model, error) { return ts.model, nil }}
 	for _, opt := range opts {
 		opt(&cfg, &o)
 	}
@@ -228,16 +245,32 @@ func startServer(t *testing.T, opts ...serverOption) *testServer {
 	return ts
 }
 
+// build wires the parts as cmd/triage does: the pools, the router, the server, on one
+// registry.
+func build(cfg config.Config, o testOptions, ln net.Listener) (*Server, error) {
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	fast, err := upstream.New(cfg.Pools.Fast, upstream.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	slow, err := upstream.New(cfg.Pools.Slow, upstream.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	rt, err := router.New(cfg.Router(), router.Options{Load: o.load, Fast: fast, Slow: slow, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	return New(cfg, Options{Router: rt, Logger: log, Registry: reg, Listener: ln, Backends: o.backends})
+}
+
 // run starts cfg on a fresh 127.0.0.1:0 listener.
-func run(t *testing.T, cfg config.Config, o Options) (*Server, string, func() error) {
+func run(t *testing.T, cfg config.Config, o testOptions) (*Server, string, func() error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	o.Listener = ln
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	s, err := New(cfg, o)
+	s, err := build(cfg, o, ln)
 	if err != nil {
 		ln.Close()
 		require.NoError(t, err)

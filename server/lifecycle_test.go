@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,7 +19,7 @@ func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 	started, unblock := make(chan struct{}, 1), make(chan struct{})
 	release := sync.OnceFunc(func() { close(unblock) })
 	defer release()
-	ts := startServer(t, func(c *config.Config, _ *Options) {
+	ts := startServer(t, func(c *config.Config, _ *testOptions) {
 		c.Batcher.MaxBatch, c.Batcher.QueueSize, c.Batcher.Workers = 1, 1, 1
 	})
 	ts.model.classify = func(ctx context.Context, texts []string) ([]classifier.Result, error) {
@@ -48,7 +47,7 @@ func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 	go post("first") // runs, held
 	<-started
 	go post("second") // fills the one queue slot
-	eventually(t, func() bool { return ts.batch.QueueLen() == 1 }, "second text queued")
+	eventually(t, func() bool { return ts.router.State().QueueLen == 1 }, "second text queued")
 
 	resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"third"}`)
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, string(body))
@@ -145,7 +144,7 @@ func TestGracefulShutdownLetsInFlightRequestsFinish(t *testing.T) {
 	require.Equal(t, `{"label":"1"}`, r.body)
 	require.NoError(t, <-stopped)
 	require.True(t, ts.model.closed.Load(), "the classifier is closed at the end")
-	require.Equal(t, 0, ts.sem.Active())
+	require.Equal(t, 0, ts.router.State().SlowActive)
 }
 
 // TestShutdownCutsWhatOutlivesTheBound: a stream that does not end within
@@ -153,7 +152,7 @@ func TestGracefulShutdownLetsInFlightRequestsFinish(t *testing.T) {
 func TestShutdownCutsWhatOutlivesTheBound(t *testing.T) {
 	g := newGate()
 	defer g.release()
-	ts := startServer(t, func(c *config.Config, _ *Options) { c.Server.ShutdownTimeout = 200 * time.Millisecond })
+	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.ShutdownTimeout = 200 * time.Millisecond })
 	ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Write([]byte("data: {}\n\n"))
@@ -171,36 +170,4 @@ func TestShutdownCutsWhatOutlivesTheBound(t *testing.T) {
 	require.Error(t, err, "the cut stream ends without its terminating chunk")
 	require.Equal(t, 0, ts.active.count())
 	require.True(t, ts.model.closed.Load())
-}
-
-func TestBuiltinPoolsServeEndToEnd(t *testing.T) {
-	cfg := config.DefaultConfig()
-	cfg.Sim.FastReplicas, cfg.Sim.SlowReplicas = 1, 2
-	cfg.Sim.Fast.TTFTBase, cfg.Sim.Fast.PrefillPerToken, cfg.Sim.Fast.DecodePerToken = 0, 0, 0
-	cfg.Sim.Slow.TTFTBase, cfg.Sim.Slow.PrefillPerToken, cfg.Sim.Slow.DecodePerToken = 0, 0, 0
-	b, err := ListenBuiltin(&cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	require.Len(t, cfg.Pools.Fast.Replicas, 1)
-	require.Len(t, cfg.Pools.Slow.Replicas, 2)
-	require.Equal(t, "mock-slow", cfg.Pools.Slow.Model)
-	require.Equal(t, "mockllm-slow-1", cfg.Pools.Slow.Replicas[1].ID)
-
-	m := newFakeModel("v1")
-	_, url, stop := run(t, cfg, Options{Load: func() (Model, error) { return m, nil }, Backends: []Backend{b}})
-	resp, body := postJSON(t, url+"/v1/query-process", `{"text":"p=0.9 builtin"}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	require.Equal(t, `{"label":"1"}`, string(body))
-	require.Contains(t, resp.Header.Get(HeaderReplica), "mockllm-slow-")
-
-	resp, body = postJSON(t, url+"/v1/chat/completions", `{"stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	require.Equal(t, "mockllm-fast-0", resp.Header.Get(HeaderReplica))
-	require.Equal(t, 3, strings.Count(string(body), `"chat.completion.chunk"`))
-	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"))
-	require.NoError(t, stop())
-}
-
-func TestNewRefusesConfigWithoutPools(t *testing.T) {
-	_, err := New(config.DefaultConfig(), Options{Load: func() (Model, error) { return newFakeModel("v"), nil }})
-	require.ErrorContains(t, err, "ListenBuiltin")
 }

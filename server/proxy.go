@@ -83,17 +83,17 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 			dl.end()
 		}
 	}()
-	r, err := s.routeText(dl.ctx, rq, in.text)
+	r, err := s.route(dl.ctx, rq, in.text.input)
 	if err != nil {
 		return dl.err(err)
 	}
 	defer func() {
 		if !handedOff {
-			r.release()
+			r.Release()
 		}
 	}()
 	setRouteHeaders(c, rq, &r)
-	resp, err := r.pool.Do(dl.ctx, &upstream.ForwardRequest{
+	resp, err := r.Pool.Do(dl.ctx, &upstream.ForwardRequest{
 		Method:   http.MethodPost,
 		Path:     path,
 		Header:   header,
@@ -114,10 +114,10 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	st := &stream{
 		body:    resp.Body,
 		log:     s.log,
-		pool:    r.pool.Name(),
+		pool:    r.Pool.Name(),
 		replica: resp.ReplicaID,
 		done: func() {
-			r.release()
+			r.Release()
 			dl.end()
 			rq.finish()
 		},

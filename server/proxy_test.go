@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -20,7 +21,7 @@ func TestChatProxiesToTheChosenPoolWithItsModel(t *testing.T) {
 	cfg := testConfig([]string{fastURL}, []string{slowURL})
 	cfg.Pools.Fast.Model, cfg.Pools.Slow.Model = "mock-fast", "mock-slow"
 	model := newFakeModel("v1")
-	_, url, _ := run(t, cfg, Options{Load: func() (Model, error) { return model, nil }})
+	_, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return model, nil }})
 
 	for _, tc := range []struct{ text, model, path string }{
 		{"hello p=0.1", "mock-fast", "fast"},
@@ -123,13 +124,13 @@ func TestStreamingPassesChunksAsTheyArrive(t *testing.T) {
 	line, err := rd.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "data: {\"n\":1}\n", line, "the first event arrives before the replica sends the rest")
-	require.Equal(t, 1, ts.sem.Active(), "the slow slot is held while the stream runs")
+	require.Equal(t, 1, ts.router.State().SlowActive, "the slow slot is held while the stream runs")
 
 	g.release()
 	rest, err := io.ReadAll(rd)
 	require.NoError(t, err)
 	require.Equal(t, "\ndata: {\"n\":2}\n\ndata: [DONE]\n\n", string(rest))
-	eventually(t, func() bool { return ts.sem.Active() == 0 && ts.active.count() == 0 }, "slot and request released when the stream ends")
+	eventually(t, func() bool { return ts.router.State().SlowActive == 0 && ts.active.count() == 0 }, "slot and request released when the stream ends")
 }
 
 // TestClientGoneCancelsUpstream: when the client disconnects mid-stream, the next write
@@ -157,7 +158,7 @@ func TestClientGoneCancelsUpstream(t *testing.T) {
 	require.NoError(t, err)
 	_, err = bufio.NewReader(resp.Body).ReadString('\n')
 	require.NoError(t, err)
-	require.Equal(t, 1, ts.sem.Active())
+	require.Equal(t, 1, ts.router.State().SlowActive)
 	resp.Body.Close() // the client goes away
 
 	select {
@@ -165,7 +166,7 @@ func TestClientGoneCancelsUpstream(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("upstream request was not cancelled after the client left")
 	}
-	eventually(t, func() bool { return ts.sem.Active() == 0 && ts.active.count() == 0 }, "slot and request released")
+	eventually(t, func() bool { return ts.router.State().SlowActive == 0 && ts.active.count() == 0 }, "slot and request released")
 }
 
 func TestProxyErrorsMapToStatuses(t *testing.T) {
@@ -179,7 +180,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 		require.Equal(t, "no_healthy_replica", *apiErr(t, body).Code)
 	})
 	t.Run("admission rejection is 429", func(t *testing.T) {
-		ts := startServer(t, func(c *config.Config, _ *Options) { c.Pools.Fast.Admission.Name = upstream.AdmitRejectAll })
+		ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Pools.Fast.Admission.Name = upstream.AdmitRejectAll })
 		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
 		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, string(body))
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
@@ -194,7 +195,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 	t.Run("request timeout is 504", func(t *testing.T) {
 		g := newGate()
 		defer g.release()
-		ts := startServer(t, func(c *config.Config, _ *Options) { c.Server.RequestTimeout = 200 * time.Millisecond })
+		ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.RequestTimeout = 200 * time.Millisecond })
 		ts.fast.onGenerate = func(_ http.ResponseWriter, r *http.Request, _ []byte) { g.wait(r) }
 		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
 		require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, string(body))
@@ -203,7 +204,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 	t.Run("first-byte timeout is 504", func(t *testing.T) {
 		g := newGate()
 		defer g.release()
-		ts := startServer(t, func(c *config.Config, _ *Options) {
+		ts := startServer(t, func(c *config.Config, _ *testOptions) {
 			c.Pools.Fast.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
 		})
 		ts.fast.onGenerate = func(_ http.ResponseWriter, r *http.Request, _ []byte) { g.wait(r) }

@@ -58,7 +58,7 @@ func TestQueryProcessRoutesByModelAndExecutesOnTheChosenPool(t *testing.T) {
 			require.Equal(t, tc.reason, resp.Header.Get(HeaderReason))
 		})
 	}
-	require.Equal(t, 0, ts.sem.Active(), "every slow slot is released after execution")
+	require.Equal(t, 0, ts.router.State().SlowActive, "every slow slot is released after execution")
 }
 
 func TestQueryProcessClassifiesInstructionSEPContext(t *testing.T) {
@@ -72,7 +72,7 @@ func TestQueryProcessClassifiesInstructionSEPContext(t *testing.T) {
 
 func TestSlowSlotIsHeldUntilExecutionEndsThenShedsWhenFull(t *testing.T) {
 	g := newGate()
-	ts := startServer(t, func(c *config.Config, _ *Options) {
+	ts := startServer(t, func(c *config.Config, _ *testOptions) {
 		c.Decision.MaxSlowConcurrency = 1
 		c.Decision.Alpha = 0 // keep the threshold at 0.5 so only the semaphore sheds
 	})
@@ -88,7 +88,7 @@ func TestSlowSlotIsHeldUntilExecutionEndsThenShedsWhenFull(t *testing.T) {
 		first <- resp
 	}()
 	g.awaitArrivals(t, 1)
-	require.Equal(t, 1, ts.sem.Active(), "the slot is held while the slow execution runs")
+	require.Equal(t, 1, ts.router.State().SlowActive, "the slot is held while the slow execution runs")
 
 	resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"another essay p=0.9"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -101,12 +101,12 @@ func TestSlowSlotIsHeldUntilExecutionEndsThenShedsWhenFull(t *testing.T) {
 	require.NotNil(t, r1)
 	r1.Body.Close()
 	require.Equal(t, "slow_granted", r1.Header.Get(HeaderReason))
-	eventually(t, func() bool { return ts.sem.Active() == 0 }, "slot released")
+	eventually(t, func() bool { return ts.router.State().SlowActive == 0 }, "slot released")
 }
 
 func TestThresholdRisesWithSlowLoad(t *testing.T) {
 	g := newGate()
-	ts := startServer(t, func(c *config.Config, _ *Options) { c.Decision.MaxSlowConcurrency = 2 })
+	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Decision.MaxSlowConcurrency = 2 })
 	ts.slow.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		g.wait(r)
 	}
@@ -155,7 +155,7 @@ func TestSlowUnhealthyShedsToFast(t *testing.T) {
 }
 
 func TestGreyZonePolicyUsesQueueLength(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *Options) { c.Decision.Policy = "grey-zone" })
+	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Decision.Policy = "grey-zone" })
 	// Idle queue (< low_queue): a grey-zone text goes slow.
 	resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"hmm p=0.48"}`)
 	require.Equal(t, `{"label":"1"}`, string(body))

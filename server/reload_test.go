@@ -13,6 +13,7 @@ import (
 
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/router"
 )
 
 // loaderSeq hands out the models a test lines up, one per load; an error entry fails that
@@ -24,7 +25,7 @@ type loaderSeq struct {
 	n      int
 }
 
-func (l *loaderSeq) load() (Model, error) {
+func (l *loaderSeq) load() (router.Model, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := l.n
@@ -55,8 +56,8 @@ func TestReloadSwapsModelAtomicallyAndClosesTheOldOneAfterItsLastBatch(t *testin
 		return scoreTexts(texts), nil
 	}
 	seq := &loaderSeq{models: []*fakeModel{v1, v2}}
-	ts := startServer(t, func(c *config.Config, o *Options) {
-		o.Load = seq.load
+	ts := startServer(t, func(c *config.Config, o *testOptions) {
+		o.load = seq.load
 		c.Batcher.Workers = 2 // a second batch may run while the first is held
 	})
 	release := sync.OnceFunc(func() { close(unblock) })
@@ -65,7 +66,7 @@ func TestReloadSwapsModelAtomicallyAndClosesTheOldOneAfterItsLastBatch(t *testin
 	// Warm the cache under v1.
 	res := classify(t, ts.url, `{"text":"cached p=0.3"}`)
 	require.Equal(t, "v1", res[0].ModelVersion)
-	ts.cache.wait()
+	ts.router.WaitCache()
 	require.Equal(t, "hit", classify(t, ts.url, `{"text":"cached p=0.3"}`)[0].Cache)
 
 	// A batch is running on v1 when the reload happens.
@@ -111,7 +112,7 @@ func TestBrokenModelIsRefusedAndTheOldOneKeepsServing(t *testing.T) {
 		models: []*fakeModel{newFakeModel("v1"), nil, nan},
 		errs:   []error{nil, errors.New("manifest.json: sha256 mismatch")},
 	}
-	ts := startServer(t, func(_ *config.Config, o *Options) { o.Load = seq.load })
+	ts := startServer(t, func(_ *config.Config, o *testOptions) { o.load = seq.load })
 
 	resp, body := reload(t, ts.url)
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
@@ -135,10 +136,10 @@ func TestStartupRefusesABrokenModel(t *testing.T) {
 	cfg := testConfig([]string{fast.srv.URL}, []string{slow.srv.URL})
 	m := newFakeModel("v1")
 	m.classify = func(context.Context, []string) ([]classifier.Result, error) { return nil, nil }
-	_, err := New(cfg, Options{Load: func() (Model, error) { return m, nil }})
+	_, err := build(cfg, testOptions{load: func() (router.Model, error) { return m, nil }}, nil)
 	require.ErrorContains(t, err, "returned 0 results")
 	require.True(t, m.closed.Load())
 
-	_, err = New(cfg, Options{Load: func() (Model, error) { return nil, errors.New("no such file") }})
+	_, err = build(cfg, testOptions{load: func() (router.Model, error) { return nil, errors.New("no such file") }}, nil)
 	require.ErrorContains(t, err, "no such file")
 }

@@ -13,9 +13,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/triage-gw/triage/batcher"
 	"github.com/triage-gw/triage/config"
-	"github.com/triage-gw/triage/decision"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -27,26 +26,26 @@ type Backend interface {
 
 // Options are the server's collaborators.
 type Options struct {
-	// Load builds the classifier model. Required. New calls it once; every reload calls it
-	// again.
-	Load Loader
+	// Router is the request pipeline: classification, decision and the two pools. Required.
+	// Run runs it and the pools, and stops them after the HTTP drain; the server owns it from
+	// New on (it closes it when Run ends, or when New fails).
+	Router *router.Router
 	// Logger receives everything the server logs. Nil means slog.Default().
 	Logger *slog.Logger
-	// Registry receives every metric (the server's, the batcher's and the pools') and is
-	// served at /metrics. Nil means a new private registry.
+	// Registry is served at /metrics; the server registers its own metrics (and the Go and
+	// process collectors) on it. Pass the registry the router and the pools registered on.
+	// Nil means a new private registry.
 	Registry *prometheus.Registry
 	// Listener is where Run serves. Nil means Run listens on cfg.Server.Listen.
 	Listener net.Listener
 	// Backends are started first by Run and stopped last, after the HTTP drain, so requests
-	// in flight can still reach them (the built-in simulators; see ListenBuiltin).
+	// in flight can still reach them (the built-in simulators).
 	Backends []Backend
-	// Now is the result cache's clock (expiry). Nil means time.Now.
-	Now func() time.Time
 }
 
-// Server is the gateway's HTTP layer and the request path behind it: result cache, batcher,
-// classifier, decision, slow-path semaphore and the two upstream pools. See the package
-// documentation for its concurrency and lifecycle.
+// Server is the gateway's HTTP layer. It decodes and validates requests, asks the router
+// where each goes, proxies it there and answers. See the package documentation for its
+// concurrency and lifecycle.
 type Server struct {
 	cfg      config.Config
 	lim      limits
@@ -57,14 +56,7 @@ type Server struct {
 	ln       net.Listener
 	backends []Backend
 
-	load     Loader
-	models   models
-	reloadMu sync.Mutex // one reload at a time
-
-	cache  *resultCache
-	batch  *batcher.Batcher[scored]
-	policy decision.Policy
-	sem    *decision.Semaphore
+	router *router.Router
 	fast   *upstream.Pool
 	slow   *upstream.Pool
 
@@ -78,18 +70,19 @@ type Server struct {
 	startedAt  time.Time
 }
 
-// New validates cfg, loads and probes the model and builds every part. Nothing runs and
-// nothing listens until Run. cfg.Pools must have replicas: for the built-in simulated pools
-// call ListenBuiltin first.
+// New validates cfg and builds the HTTP layer over opts.Router. Nothing runs and nothing
+// listens until Run. If New fails it closes the router.
 func New(cfg config.Config, opts Options) (_ *Server, err error) {
+	if opts.Router == nil {
+		return nil, errors.New("server: Options.Router is required")
+	}
+	defer func() {
+		if err != nil {
+			opts.Router.Close()
+		}
+	}()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
-	}
-	if cfg.Pools.Builtin() {
-		return nil, errors.New("server: no pool has replicas; call ListenBuiltin to start the built-in simulated pools first")
-	}
-	if opts.Load == nil {
-		return nil, errors.New("server: Options.Load is required")
 	}
 	s := &Server{
 		cfg:       cfg,
@@ -98,7 +91,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		reg:       opts.Registry,
 		ln:        opts.Listener,
 		backends:  opts.Backends,
-		load:      opts.Load,
+		router:    opts.Router,
+		fast:      opts.Router.Fast(),
+		slow:      opts.Router.Slow(),
 		startedAt: time.Now(),
 	}
 	if s.log == nil {
@@ -107,99 +102,28 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
-	s.models.log = s.log
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+	if s.m, err = newMetrics(s.reg); err != nil {
+		return nil, err
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
-	defer func() {
-		if err != nil {
-			s.cancelBase()
-		}
-	}()
-
-	if s.policy, err = decision.NewPolicy(cfg.Decision); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	s.sem = decision.NewSemaphore(cfg.Decision.MaxSlowConcurrency)
-	if s.batch, err = batcher.New(cfg.Batcher, s.runBatch, s.reg, batcher.WithLogger(s.log)); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	if s.fast, err = newPool(cfg.Pools.Fast, s.log, s.reg); err != nil {
-		return nil, fmt.Errorf("server: fast pool: %w", err)
-	}
-	if s.slow, err = newPool(cfg.Pools.Slow, s.log, s.reg); err != nil {
-		return nil, fmt.Errorf("server: slow pool: %w", err)
-	}
-	if s.cache, err = newResultCache(cfg.Cache, now); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			s.cache.close()
-		}
-	}()
-	s.m, err = newMetrics(s.reg, gaugeFuncs{
-		slowActive: func() float64 { return float64(s.sem.Active()) },
-		slowLoad:   func() float64 { return s.sem.Load() },
-		threshold:  func() float64 { return s.policy.Decide(0, s.state()).Threshold },
-		evictions:  s.cache.evictions,
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	m, err := s.load()
-	if err != nil {
-		return nil, fmt.Errorf("server: load classifier: %w", err)
-	}
-	if err := probe(context.Background(), m); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("server: classifier model %q refused: %w", m.Version(), err)
-	}
-	if _, err := s.models.swap(m); err != nil {
-		m.Close()
-		return nil, err
-	}
-	s.m.setModel(m.Version())
 	s.app = s.newApp()
 	return s, nil
 }
 
-// newPool builds one upstream pool with its picker and admitter.
-func newPool(pc config.PoolConfig, log *slog.Logger, reg prometheus.Registerer) (*upstream.Pool, error) {
-	picker, err := upstream.NewPicker(pc.Policy)
-	if err != nil {
-		return nil, err
-	}
-	adm, err := upstream.NewAdmitter(pc.Admission)
-	if err != nil {
-		return nil, err
-	}
-	return upstream.New(pc.PoolConfig, picker, adm, upstream.Options{Logger: log, Registerer: reg})
-}
-
-// state snapshots the load a decision is made under.
-func (s *Server) state() decision.State {
-	return decision.State{SlowActive: s.sem.Active(), SlowMax: s.sem.Max(), QueueLen: s.batch.QueueLen()}
-}
-
 // Run serves until ctx ends, then shuts down in order: readiness drops; the listener closes
 // and in-flight requests (streams included) get server.shutdown_timeout to finish, after which
-// those left are cut; then the batcher and the pools stop, the classifier is closed, and the
-// backends stop last. A part that fails while serving starts the same shutdown and its error
-// is returned. Run may be called once.
+// those left are cut; then the router (batcher, then the classifier once its last batch is
+// done) and the pools stop, and the backends stop last. A part that fails while serving starts
+// the same shutdown and its error is returned. Run may be called once.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("server: Run called twice")
 	}
-	defer s.cache.close()
 	defer s.cancelBase()
 	if s.ln == nil {
 		ln, err := net.Listen("tcp", s.cfg.Server.Listen)
 		if err != nil {
-			s.models.close()
+			s.router.Close()
 			return fmt.Errorf("server: listen: %w", err)
 		}
 		s.ln = ln
@@ -216,14 +140,14 @@ func (s *Server) Run(ctx context.Context) error {
 	coreCtx, stopCore := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCore()
 	var coreWG sync.WaitGroup
-	coreWG.Go(func() { report(failed, "batcher", s.batch.Run(coreCtx)) })
+	coreWG.Go(func() { report(failed, "router", s.router.Run(coreCtx)) })
 	coreWG.Go(func() { report(failed, "fast pool", s.fast.Run(coreCtx)) })
 	coreWG.Go(func() { report(failed, "slow pool", s.slow.Run(coreCtx)) })
 
 	served := make(chan error, 1)
 	go func() { served <- s.app.Listener(s.ln) }()
-	s.log.Info("triage listening", "addr", s.ln.Addr().String(), "model_version", s.models.version(),
-		"fast_pool", s.fast.Name(), "slow_pool", s.slow.Name(), "decision_policy", s.cfg.Decision.Policy)
+	s.log.Info("triage listening", "addr", s.ln.Addr().String(), "model_version", s.router.Version(),
+		"fast_pool", s.fast.Name(), "slow_pool", s.slow.Name(), "decision_policy", s.router.Policy())
 
 	var runErr error
 	select {
@@ -270,10 +194,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("http listener did not return after shutdown")
 	}
 
-	// 3. The batcher and pools, then the model.
+	// 3. The router (batcher, then the model) and the pools.
 	stopCore()
 	coreWG.Wait()
-	s.models.close()
 
 	// 4. Backends last.
 	stopBack()

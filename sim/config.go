@@ -134,12 +134,15 @@ func Preset(name string) (Config, error) {
 	return Config{}, fmt.Errorf("unknown preset %q (want fast or slow)", name)
 }
 
-// Validate reports every invalid field, each error naming it
+// Validate is ValidateAt("sim").
+func (c Config) Validate() error { return c.ValidateAt("sim") }
+
+// ValidateAt reports every invalid field, each error naming it from path
 // ("sim.decode_per_token: must be >= 0").
-func (c Config) Validate() error {
+func (c Config) ValidateAt(path string) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("sim.%s: "+format, append([]any{field}, args...)...))
+		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{path, field}, args...)...))
 	}
 	if strings.TrimSpace(c.Name) == "" {
 		bad("name", "must not be empty")

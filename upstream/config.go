@@ -39,6 +39,11 @@ type PoolConfig struct {
 	// MaxInFlightPerReplica caps the router-local in-flight count of each
 	// replica; a replica at the cap is not a candidate. 0 means unlimited.
 	MaxInFlightPerReplica int `yaml:"max_in_flight_per_replica" json:"max_in_flight_per_replica"`
+	// Policy picks the replica of each request. Default least-request.
+	Policy PolicyConfig `yaml:"policy" json:"policy"`
+	// Admission decides whether a request may enter the pool at all.
+	// Default always-admit.
+	Admission AdmissionConfig `yaml:"admission" json:"admission"`
 }
 
 // ReplicaConfig describes one upstream server.
@@ -109,6 +114,8 @@ type TimeoutsConfig struct {
 // and Replicas are left for the caller.
 func DefaultPoolConfig() PoolConfig {
 	return PoolConfig{
+		Policy:    DefaultPolicyConfig(),
+		Admission: DefaultAdmissionConfig(),
 		HealthCheck: HealthCheckConfig{
 			Path:           "/health",
 			Interval:       Duration(5 * time.Second),
@@ -129,12 +136,16 @@ func DefaultPoolConfig() PoolConfig {
 	}
 }
 
-// Validate reports every problem in c, each naming its field path
-// ("replicas[1].url: ..."), joined with errors.Join. It never corrects a value.
-func (c *PoolConfig) Validate() error {
+// Validate is ValidateAt("pool").
+func (c *PoolConfig) Validate() error { return c.ValidateAt("pool") }
+
+// ValidateAt reports every problem in c, each naming its field from path
+// ("pools.fast.replicas[1].url: ..."), joined with errors.Join. It never
+// corrects a value. The policy and admission sections are validated too.
+func (c *PoolConfig) ValidateAt(path string) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+		errs = append(errs, fmt.Errorf("%s.%s: %s", path, field, fmt.Sprintf(format, args...)))
 	}
 
 	if strings.TrimSpace(c.Name) == "" {
@@ -215,6 +226,7 @@ func (c *PoolConfig) Validate() error {
 	if c.MaxInFlightPerReplica < 0 {
 		bad("max_in_flight_per_replica", "must be >= 0 (0 means unlimited), got %d", c.MaxInFlightPerReplica)
 	}
+	errs = append(errs, c.Policy.ValidateAt(path+".policy"), c.Admission.ValidateAt(path+".admission"))
 	return errors.Join(errs...)
 }
 

@@ -35,6 +35,12 @@ type Options struct {
 	// Now tells time for ejection cooldowns and scrape freshness. Nil means
 	// time.Now. Latencies (TTFB) always use the monotonic clock.
 	Now func() time.Time
+	// Picker replaces the policy built from PoolConfig.Policy (tests,
+	// benchmarks). Nil means build it from the config.
+	Picker Picker
+	// Admitter replaces the admission built from PoolConfig.Admission. Nil
+	// means build it from the config.
+	Admitter Admitter
 }
 
 // Pool is a set of replicas serving one model, and the only way requests
@@ -55,14 +61,26 @@ type Pool struct {
 	running   atomic.Bool
 }
 
-// New builds a pool. cfg must pass Validate (New calls it). picker is
-// required; admitter may be nil, which admits every request.
-func New(cfg PoolConfig, picker Picker, admitter Admitter, opts Options) (*Pool, error) {
+// New builds a pool with the replica policy and admission its config names
+// (or those injected through opts). cfg must pass Validate (New calls it).
+// This is the one way pools are built: the gateway and the benchmarks both
+// call it.
+func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
 	}
+	picker, admitter := opts.Picker, opts.Admitter
 	if picker == nil {
-		return nil, fmt.Errorf("pool %q: nil picker", cfg.Name)
+		var err error
+		if picker, err = NewPicker(cfg.Policy); err != nil {
+			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+		}
+	}
+	if admitter == nil {
+		var err error
+		if admitter, err = NewAdmitter(cfg.Admission); err != nil {
+			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+		}
 	}
 	reg := opts.Registerer
 	if reg == nil {

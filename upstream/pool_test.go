@@ -143,7 +143,9 @@ func testConfig(urls ...string) PoolConfig {
 func newFixture(t *testing.T, cfg PoolConfig, picker Picker, admitter Admitter) *poolFixture {
 	t.Helper()
 	f := &poolFixture{reg: prometheus.NewRegistry(), clock: newStepClock()}
-	p, err := New(cfg, picker, admitter, Options{
+	p, err := New(cfg, Options{
+		Picker:     picker,
+		Admitter:   admitter,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registerer: f.reg,
 		Now:        f.clock.now,
@@ -194,11 +196,13 @@ func (f *poolFixture) outcomes(t *testing.T, replica, outcome string) float64 {
 func TestNewRejectsInvalidConfig(t *testing.T) {
 	cfg := testConfig("http://127.0.0.1:1")
 	cfg.Timeouts.Connect = 0
-	_, err := New(cfg, &stubPicker{}, nil, Options{})
+	_, err := New(cfg, Options{Picker: &stubPicker{}})
 	require.ErrorContains(t, err, "timeouts.connect")
 
-	_, err = New(testConfig("http://127.0.0.1:1"), nil, nil, Options{})
-	require.ErrorContains(t, err, "nil picker")
+	cfg = testConfig("http://127.0.0.1:1")
+	cfg.Policy.Name = "no-such-policy"
+	_, err = New(cfg, Options{})
+	require.ErrorContains(t, err, `pool.policy.name: unknown policy "no-such-policy"`)
 }
 
 func TestPoolsShareARegistry(t *testing.T) {
@@ -206,7 +210,7 @@ func TestPoolsShareARegistry(t *testing.T) {
 	for _, name := range []string{"fast", "slow"} {
 		cfg := testConfig("http://127.0.0.1:1")
 		cfg.Name = name
-		_, err := New(cfg, &stubPicker{}, nil, Options{Registerer: reg})
+		_, err := New(cfg, Options{Picker: &stubPicker{}, Registerer: reg})
 		require.NoError(t, err)
 	}
 	fams, err := reg.Gather()

@@ -340,11 +340,8 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	if err != nil {
 		return res, err
 	}
-	picker, err := upstream.NewPicker(pc)
-	if err != nil {
-		return res, err
-	}
-	pool, err := upstream.New(pcfg, picker, nil, upstream.Options{Logger: logger})
+	pcfg.Policy = pc
+	pool, err := upstream.New(pcfg, upstream.Options{Logger: logger})
 	if err != nil {
 		return res, err
 	}

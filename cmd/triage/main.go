@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,7 +29,10 @@ import (
 
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/server"
+	"github.com/triage-gw/triage/sim"
+	"github.com/triage-gw/triage/upstream"
 )
 
 func main() {
@@ -84,26 +88,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return serve(ctx, cfg, newLogger(cfg.Log, stderr))
 }
 
-// serve builds the parts and runs them: the server (which owns the batcher, the pools, the
-// classifier and the built-in simulators, and stops them in order) and the SIGHUP reloader.
+// serve builds the parts and runs them: the server (which runs the router, the pools and the
+// built-in simulators, and stops them in order) and the SIGHUP reloader.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var backends []server.Backend
 	if cfg.Pools.Builtin() {
-		b, err := server.ListenBuiltin(&cfg, log)
+		locals, err := listenBuiltin(&cfg, log)
 		if err != nil {
 			return err
 		}
-		defer b.Close() // listeners are closed by Run; this covers a failed New
-		backends = append(backends, b)
+		for _, l := range locals {
+			defer l.Close() // the server closes the listeners when it runs; this covers a failed build
+			backends = append(backends, l)
+		}
 		log.Info("no pools configured: using the built-in simulated pools",
 			"fast_replicas", len(cfg.Pools.Fast.Replicas), "slow_replicas", len(cfg.Pools.Slow.Replicas))
 	}
-	srv, err := server.New(cfg, server.Options{
-		Load:     func() (server.Model, error) { return loadClassifier(cfg.Classifier) },
-		Logger:   log,
-		Registry: prometheus.NewRegistry(),
-		Backends: backends,
-	})
+	srv, rt, err := build(cfg, parts{log: log, backends: backends})
 	if err != nil {
 		return err
 	}
@@ -121,15 +122,80 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 				return nil
 			case <-hup:
 				log.Info("SIGHUP: reloading the classifier model")
-				_, _ = srv.Reload(gctx) // a refused model is logged by Reload; the old one keeps serving
+				_, _ = rt.Reload(gctx) // a refused model is logged by Reload; the old one keeps serving
 			}
 		}
 	})
 	return g.Wait()
 }
 
+// parts are what build takes besides the config.
+type parts struct {
+	log      *slog.Logger
+	backends []server.Backend // started first, stopped last by the server
+	listener net.Listener     // nil: listen on server.listen
+	load     router.Loader    // nil: the real classifier from cfg.Classifier
+}
+
+// build wires the gateway: the two pools (each with the replica policy and admission its
+// config names), the router over them with the classifier, and the HTTP server, all
+// registering their metrics on one registry. On error everything built so far is released.
+func build(cfg config.Config, p parts) (*server.Server, *router.Router, error) {
+	reg := prometheus.NewRegistry()
+	fast, err := upstream.New(cfg.Pools.Fast, upstream.Options{Logger: p.log, Registerer: reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	slow, err := upstream.New(cfg.Pools.Slow, upstream.Options{Logger: p.log, Registerer: reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	load := p.load
+	if load == nil {
+		load = func() (router.Model, error) { return loadClassifier(cfg.Classifier) }
+	}
+	rt, err := router.New(cfg.Router(), router.Options{Load: load, Fast: fast, Slow: slow, Logger: p.log, Registerer: reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := server.New(cfg, server.Options{Router: rt, Logger: p.log, Registry: reg, Backends: p.backends, Listener: p.listener})
+	if err != nil {
+		return nil, nil, err // New has closed the router
+	}
+	return srv, rt, nil
+}
+
+// listenBuiltin opens the listeners of the built-in simulated pools described by cfg.Sim and
+// points cfg.Pools at them (their model names too, unless set). The server runs them first
+// and stops them last.
+func listenBuiltin(cfg *config.Config, log *slog.Logger) ([]*sim.Local, error) {
+	fast, err := sim.ListenLocal(cfg.Sim.Fast, cfg.Sim.FastReplicas, log)
+	if err != nil {
+		return nil, fmt.Errorf("built-in fast pool: %w", err)
+	}
+	slow, err := sim.ListenLocal(cfg.Sim.Slow, cfg.Sim.SlowReplicas, log)
+	if err != nil {
+		fast.Close()
+		return nil, fmt.Errorf("built-in slow pool: %w", err)
+	}
+	for _, p := range []struct {
+		pool  *upstream.PoolConfig
+		local *sim.Local
+		model string
+	}{{&cfg.Pools.Fast, fast, cfg.Sim.Fast.Model}, {&cfg.Pools.Slow, slow, cfg.Sim.Slow.Model}} {
+		ids, urls := p.local.Replicas()
+		for i := range ids {
+			p.pool.Replicas = append(p.pool.Replicas, upstream.ReplicaConfig{URL: urls[i], ID: ids[i]})
+		}
+		if p.pool.Model == "" {
+			p.pool.Model = p.model
+		}
+	}
+	return []*sim.Local{fast, slow}, nil
+}
+
 // loadClassifier builds the real model; a failed load must not yield a typed nil.
-func loadClassifier(cfg classifier.Config) (server.Model, error) {
+func loadClassifier(cfg classifier.Config) (router.Model, error) {
 	c, err := classifier.New(cfg)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package server
+package router
 
 import (
 	"strings"
@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/triage-gw/triage/classifier"
-	"github.com/triage-gw/triage/config"
 )
 
 // fakeClock is the cache's injected clock.
@@ -30,7 +27,7 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newTestCache(t *testing.T, cfg config.CacheConfig) (*resultCache, *fakeClock) {
+func newTestCache(t *testing.T, cfg CacheConfig) (*resultCache, *fakeClock) {
 	t.Helper()
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	rc, err := newResultCache(cfg, clk.Now)
@@ -62,15 +59,15 @@ func TestNormalize(t *testing.T) {
 }
 
 func TestCacheStoresModelOutputByVersionAndText(t *testing.T) {
-	rc, _ := newTestCache(t, config.CacheConfig{Enabled: true, MaxEntries: 100, TTL: time.Minute})
+	rc, _ := newTestCache(t, CacheConfig{Enabled: true, MaxEntries: 100, TTL: time.Minute})
 	_, ok := rc.get("v1", "hello")
 	require.False(t, ok)
 
-	rc.set("v1", "hello", classifier.Result{PSlow: 0.8, Label: 1, Tokens: 5})
+	rc.set("v1", "hello", cached{pSlow: 0.8, tokens: 5})
 	rc.wait()
 	got, ok := rc.get("v1", "hello")
 	require.True(t, ok)
-	require.Equal(t, classifier.Result{PSlow: 0.8, Label: 1, Tokens: 5}, got)
+	require.Equal(t, cached{pSlow: 0.8, tokens: 5}, got)
 
 	_, ok = rc.get("v2", "hello")
 	require.False(t, ok, "a new model version never sees the old one's results")
@@ -81,8 +78,8 @@ func TestCacheStoresModelOutputByVersionAndText(t *testing.T) {
 }
 
 func TestCacheExpiresOnTheInjectedClock(t *testing.T) {
-	rc, clk := newTestCache(t, config.CacheConfig{Enabled: true, MaxEntries: 100, TTL: time.Minute})
-	rc.set("v1", "t", classifier.Result{PSlow: 0.3})
+	rc, clk := newTestCache(t, CacheConfig{Enabled: true, MaxEntries: 100, TTL: time.Minute})
+	rc.set("v1", "t", cached{pSlow: 0.3})
 	rc.wait()
 	clk.advance(59 * time.Second)
 	_, ok := rc.get("v1", "t")
@@ -93,8 +90,8 @@ func TestCacheExpiresOnTheInjectedClock(t *testing.T) {
 }
 
 func TestCacheWithoutTTLKeepsEntries(t *testing.T) {
-	rc, clk := newTestCache(t, config.CacheConfig{Enabled: true, MaxEntries: 100, TTL: 0})
-	rc.set("v1", "t", classifier.Result{PSlow: 0.3})
+	rc, clk := newTestCache(t, CacheConfig{Enabled: true, MaxEntries: 100, TTL: 0})
+	rc.set("v1", "t", cached{pSlow: 0.3})
 	rc.wait()
 	clk.advance(24 * 365 * time.Hour)
 	_, ok := rc.get("v1", "t")
@@ -102,8 +99,8 @@ func TestCacheWithoutTTLKeepsEntries(t *testing.T) {
 }
 
 func TestDisabledCacheAlwaysMisses(t *testing.T) {
-	rc, _ := newTestCache(t, config.CacheConfig{Enabled: false, MaxEntries: 100, TTL: time.Minute})
-	rc.set("v1", "t", classifier.Result{PSlow: 0.3})
+	rc, _ := newTestCache(t, CacheConfig{Enabled: false, MaxEntries: 100, TTL: time.Minute})
+	rc.set("v1", "t", cached{pSlow: 0.3})
 	rc.wait()
 	_, ok := rc.get("v1", "t")
 	require.False(t, ok)
@@ -111,12 +108,12 @@ func TestDisabledCacheAlwaysMisses(t *testing.T) {
 }
 
 func TestCacheEvictsBeyondMaxEntriesAndCountsIt(t *testing.T) {
-	rc, _ := newTestCache(t, config.CacheConfig{Enabled: true, MaxEntries: 10, TTL: 0})
+	rc, _ := newTestCache(t, CacheConfig{Enabled: true, MaxEntries: 10, TTL: 0})
 	for i := range 200 {
 		// Repeated gets make early keys frequent, so TinyLFU admits and evicts.
 		key := strings.Repeat("k", i%50+1)
 		rc.get("v1", key)
-		rc.set("v1", key, classifier.Result{PSlow: 0.5})
+		rc.set("v1", key, cached{pSlow: 0.5})
 		rc.wait()
 	}
 	require.Positive(t, rc.evictions())

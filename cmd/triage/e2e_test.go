@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/router"
+)
+
+// startGateway wires cfg exactly as serve does (built-in pools when none are configured, the
+// real classifier from the repository's models/ and .deps/) and runs it on 127.0.0.1:0.
+func startGateway(t *testing.T, cfg config.Config) (string, *router.Router) {
+	t.Helper()
+	cc := cfg.Classifier
+	for _, p := range []*string{&cc.ModelDir, &cc.EncoderDir, &cc.ORTLibrary} {
+		if !filepath.IsAbs(*p) {
+			*p = filepath.Join("..", "..", *p) // the defaults are relative to the repository root
+		}
+	}
+	log := slog.New(slog.DiscardHandler)
+	p := parts{log: log, load: func() (router.Model, error) { return loadClassifier(cc) }}
+	if cfg.Pools.Builtin() {
+		locals, err := listenBuiltin(&cfg, log)
+		require.NoError(t, err)
+		for _, l := range locals {
+			p.backends = append(p.backends, l)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p.listener = ln
+	srv, rt, err := build(cfg, p)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("the gateway did not stop")
+		}
+	})
+	return "http://" + ln.Addr().String(), rt
+}
+
+// quickSims makes the built-in replicas answer at once.
+func quickSims(cfg *config.Config) {
+	cfg.Sim.Fast.TTFTBase, cfg.Sim.Fast.PrefillPerToken, cfg.Sim.Fast.DecodePerToken, cfg.Sim.Fast.Jitter = 0, 0, 0, 0
+	cfg.Sim.Slow.TTFTBase, cfg.Sim.Slow.PrefillPerToken, cfg.Sim.Slow.DecodePerToken, cfg.Sim.Slow.Jitter = 0, 0, 0, 0
+}
+
+func post(t *testing.T, url, body string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, b
+}
+
+func TestBuiltinPoolsServeEndToEnd(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Sim.FastReplicas, cfg.Sim.SlowReplicas = 1, 2
+	quickSims(&cfg)
+	url, _ := startGateway(t, cfg)
+
+	resp, body := post(t, url+"/v1/query-process", `{"text":"Write a short story about a dragon who learns to bake bread."}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, `{"label":"1"}`, string(body))
+	require.Contains(t, resp.Header.Get("x-router-replica"), "mockllm-slow-")
+
+	resp, body = post(t, url+"/v1/chat/completions",
+		`{"stream":true,"max_tokens":3,"messages":[{"role":"user","content":"Classify these animals: cat, shark, eagle"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, "fast", resp.Header.Get("x-router-path"))
+	require.Equal(t, "mockllm-fast-0", resp.Header.Get("x-router-replica"))
+	require.Equal(t, 3, strings.Count(string(body), `"chat.completion.chunk"`))
+	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"))
+
+	resp, body = post(t, url+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"Tell me a story"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var out struct{ Model string }
+	require.NoError(t, json.Unmarshal(body, &out))
+	require.Equal(t, "mock-"+resp.Header.Get("x-router-path"), out.Model, "the built-in pools' model names are filled in")
+}
+
+type parityRow struct {
+	Category    string  `json:"category"`
+	Instruction string  `json:"instruction"`
+	Context     string  `json:"context"`
+	PSlow       float64 `json:"p_slow"`
+}
+
+// TestRealModelEndToEnd sends Dolly parity texts through real HTTP to the real classifier:
+// every P(slow) the gateway reports matches the notebook's to 1e-4, and /v1/query-process
+// routes a story to the slow pool and a summarisation with its document to the fast one.
+func TestRealModelEndToEnd(t *testing.T) {
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	// This test checks values, not overload: 50-text requests on a busy CI machine could
+	// exceed the expected-wait bound and get 429.
+	cfg.Batcher.MaxQueueDelay = 0
+	url, _ := startGateway(t, cfg)
+
+	f, err := os.Open(filepath.Join("..", "..", "models", "parity.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	var rows []parityRow
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var r parityRow
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		// Texts the gateway rejects by size (64 KiB default) or changes by whitespace
+		// normalisation are covered by the classifier's own test.
+		if r.Category == "edge" || len(r.Instruction)+len(r.Context) > 60000 ||
+			strings.Join(strings.Fields(r.Instruction), " ") != strings.TrimSpace(r.Instruction) ||
+			strings.Join(strings.Fields(r.Context), " ") != strings.TrimSpace(r.Context) {
+			continue
+		}
+		rows = append(rows, r)
+	}
+	require.GreaterOrEqual(t, len(rows), 100)
+
+	for lo := 0; lo < len(rows); lo += 50 {
+		hi := min(lo+50, len(rows))
+		items := make([]map[string]string, 0, hi-lo)
+		for _, r := range rows[lo:hi] {
+			items = append(items, map[string]string{"text": r.Instruction, "context": r.Context})
+		}
+		body, _ := json.Marshal(map[string]any{"texts": items})
+		resp, b := post(t, url+"/v1/classify", string(body))
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		var out struct {
+			Results []struct {
+				PSlow float64 `json:"p_slow"`
+			} `json:"results"`
+		}
+		require.NoError(t, json.NewDecoder(bytes.NewReader(b)).Decode(&out))
+		require.Len(t, out.Results, hi-lo)
+		for i, got := range out.Results {
+			want := rows[lo+i]
+			require.LessOrEqualf(t, math.Abs(got.PSlow-want.PSlow), 1e-4+5e-7, // the API rounds to 6 decimals
+				"row %d (%s): gateway %.6f, notebook %.6f", lo+i, want.Category, got.PSlow, want.PSlow)
+		}
+	}
+
+	for _, tc := range []struct {
+		body, label, path string
+	}{
+		{`{"text":"Write a short story about a dragon who learns to bake bread."}`, "1", "slow"},
+		{`{"text":"Summarize this passage in two sentences.","context":"The Nile is a major north-flowing river in northeastern Africa. It flows into the Mediterranean Sea."}`, "0", "fast"},
+	} {
+		resp, b := post(t, url+"/v1/query-process", tc.body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		require.JSONEq(t, fmt.Sprintf(`{"label":%q}`, tc.label), string(b))
+		require.Equal(t, tc.path, resp.Header.Get("x-router-path"))
+		require.NotEmpty(t, resp.Header.Get("x-router-latency"))
+		require.True(t, strings.HasPrefix(resp.Header.Get("x-router-replica"), "mockllm-"+tc.path+"-"))
+	}
+}
+
+// The label boundary has one source: the manifest's label_threshold. With a copy of the
+// shipped model whose manifest says 0.6 (and decision.base set to match), a text the model
+// scores about 0.53 is fast everywhere — query-process's label, /v1/classify's model label
+// and label on a miss and on a hit, and the decision's reason — and a story is slow
+// everywhere.
+func TestManifestLabelThresholdIsTheOnlyBoundary(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "models")
+	entries, err := os.ReadDir(src)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		require.NoError(t, err)
+		if e.Name() == "manifest.json" {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(b, &m))
+			require.Equal(t, 0.5, m["label_threshold"])
+			m["label_threshold"] = 0.6
+			b, err = json.Marshal(m)
+			require.NoError(t, err)
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644))
+	}
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	cfg.Classifier.ModelDir = dir // t.TempDir is absolute
+	cfg.Decision.Base, cfg.Decision.Alpha = 0.6, 0.35
+	url, rt := startGateway(t, cfg)
+
+	for _, tc := range []struct {
+		text        string
+		pLo, pHi    float64
+		label, path string
+		reason      string
+	}{
+		// 0.532 in the notebook's parity file: slow for a 0.5 boundary, fast for 0.6.
+		{"What are the primary colors?", 0.5, 0.6, "0", "fast", "fast_model"},
+		{"Write a short story about a dragon who learns to bake bread.", 0.9, 1, "1", "slow", "slow_granted"},
+	} {
+		for _, cache := range []string{"miss", "hit"} {
+			resp, b := post(t, url+"/v1/classify", fmt.Sprintf(`{"text":%q}`, tc.text))
+			require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+			var out struct {
+				Results []struct {
+					PSlow      float64 `json:"p_slow"`
+					ModelLabel int     `json:"model_label"`
+					Label      int     `json:"label"`
+					Reason     string  `json:"reason"`
+					Cache      string  `json:"cache"`
+				} `json:"results"`
+			}
+			require.NoError(t, json.Unmarshal(b, &out))
+			r := out.Results[0]
+			require.Equal(t, cache, r.Cache)
+			require.Greater(t, r.PSlow, tc.pLo, tc.text)
+			require.Less(t, r.PSlow, tc.pHi, tc.text)
+			require.Equal(t, tc.label, fmt.Sprint(r.ModelLabel), "%s, %s", tc.text, cache)
+			require.Equal(t, tc.label, fmt.Sprint(r.Label), "%s, %s", tc.text, cache)
+			require.Equal(t, tc.reason, r.Reason, "%s, %s", tc.text, cache)
+			rt.WaitCache()
+		}
+		resp, b := post(t, url+"/v1/query-process", fmt.Sprintf(`{"text":%q}`, tc.text))
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		require.JSONEq(t, fmt.Sprintf(`{"label":%q}`, tc.label), string(b))
+		require.Equal(t, tc.path, resp.Header.Get("x-router-path"))
+		require.Equal(t, tc.reason, resp.Header.Get("x-router-reason"))
+		require.Equal(t, "hit", resp.Header.Get("x-router-cache"))
+	}
+}

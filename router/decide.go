@@ -1,0 +1,135 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/triage-gw/triage/decision"
+	"github.com/triage-gw/triage/upstream"
+)
+
+// Path names, as in x-router-path and the decisions metric.
+const (
+	PathFast = "fast"
+	PathSlow = "slow"
+)
+
+// Route is a decided request: its score, the policy's verdict, and the pool it goes to.
+type Route struct {
+	Score
+	// Decision is the policy's own verdict; its Threshold and Load are what is reported.
+	Decision decision.Decision
+	// Slow is the final path: the policy said slow and the slow path took the request.
+	Slow bool
+	// Reason explains Slow: the policy's reason, or slow_saturated / slow_unhealthy when the
+	// policy said slow and the request was shed to fast.
+	Reason decision.Reason
+	// Pool is the pool the request goes to.
+	Pool *upstream.Pool
+	// DecideTime is the time the decision itself took; Decided is when it was made.
+	DecideTime time.Duration
+	Decided    time.Time
+
+	release func() // frees the slow-path slot; idempotent; nil when none is held
+}
+
+// Path is PathSlow or PathFast.
+func (r *Route) Path() string {
+	if r.Slow {
+		return PathSlow
+	}
+	return PathFast
+}
+
+// Label is the routed label: 1 for slow, 0 for fast.
+func (r *Route) Label() int {
+	if r.Slow {
+		return 1
+	}
+	return 0
+}
+
+// ModelLabel is the model's own label: 1 when it said slow, 0 otherwise.
+func (r *Route) ModelLabel() int {
+	if r.ModelSlow() {
+		return 1
+	}
+	return 0
+}
+
+// Release frees the slow-path slot the route holds, if any. It is idempotent and must be
+// called once the request's upstream response has ended (streams included).
+func (r *Route) Release() {
+	if r.release != nil {
+		r.release()
+	}
+}
+
+// Route scores text (built by Input) and decides it under the current load for a request
+// that will be executed. A slow verdict must win a slot of the slow-path budget (else the
+// request is shed to fast as slow_saturated) and the caller must call Release when the
+// upstream response has ended. The decision is counted in triage_decisions_total.
+func (r *Router) Route(ctx context.Context, text string) (Route, error) {
+	sc, err := r.score(ctx, text)
+	if err != nil {
+		return Route{}, err
+	}
+	rt := r.decide(sc, true)
+	r.m.decisions.WithLabelValues(rt.Path(), string(rt.Reason)).Inc()
+	return rt, nil
+}
+
+// Preview scores and decides text like Route but executes nothing and holds nothing: the
+// slow-path budget is only looked at. It is what a routed request would get now (the
+// /v1/classify endpoint). Previews are not counted as decisions.
+func (r *Router) Preview(ctx context.Context, text string) (Route, error) {
+	sc, err := r.score(ctx, text)
+	if err != nil {
+		return Route{}, err
+	}
+	return r.decide(sc, false), nil
+}
+
+// decide applies the policy to a score under the current load. With hold, a slow verdict
+// takes a slot of the budget; without it the budget is only looked at.
+func (r *Router) decide(sc Score, hold bool) Route {
+	start := time.Now()
+	d := r.policy.Decide(decision.Score{PSlow: float64(sc.PSlow), Cutoff: sc.Cutoff}, r.State())
+	rt := Route{Score: sc, Decision: d, Slow: d.Slow, Reason: d.Reason}
+	if d.Slow {
+		switch {
+		case !r.slow.Healthy():
+			rt.Slow, rt.Reason = false, decision.ReasonSlowUnhealthy
+		case !hold:
+			if r.budget.Active() >= r.budget.Max() {
+				rt.Slow, rt.Reason = false, decision.ReasonSlowSaturated
+			}
+		case r.budget.TryAcquire():
+			rt.release = sync.OnceFunc(r.budget.Release)
+		default:
+			rt.Slow, rt.Reason = false, decision.ReasonSlowSaturated
+		}
+	}
+	rt.Pool = r.fast
+	if rt.Slow {
+		rt.Pool = r.slow
+	}
+	rt.Decided = time.Now()
+	rt.DecideTime = rt.Decided.Sub(start)
+	return rt
+}
+
+// State snapshots the load a decision is made under.
+func (r *Router) State() decision.State {
+	return decision.State{SlowActive: r.budget.Active(), SlowMax: r.budget.Max(), QueueLen: r.batch.QueueLen()}
+}
+
+// Threshold is the P(slow) a request must exceed to go slow under the current load.
+func (r *Router) Threshold() float64 {
+	var cutoff float64
+	if l := r.models.last.Load(); l != nil {
+		cutoff = l.cutoff
+	}
+	return r.policy.Decide(decision.Score{Cutoff: cutoff}, r.State()).Threshold
+}

@@ -1,0 +1,74 @@
+package router
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the pipeline's series. Label values come from small fixed sets: paths,
+// decision reasons, cache results, model versions.
+type metrics struct {
+	decisions     *prometheus.CounterVec // path, reason
+	cacheRequests *prometheus.CounterVec // result
+	modelInfo     *prometheus.GaugeVec   // version
+	reloads       *prometheus.CounterVec // result
+}
+
+// newMetrics registers the pipeline's metrics on reg; the gauges are read from r at scrape
+// time.
+func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_decisions_total",
+			Help: "Routing decisions of executed requests (query-process and the OpenAI endpoints) by path and reason.",
+		}, []string{"path", "reason"}),
+		cacheRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_cache_requests_total",
+			Help: "Result-cache lookups by result (hit or miss).",
+		}, []string{"result"}),
+		modelInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "triage_model_info",
+			Help: "1 for the classifier model version currently serving.",
+		}, []string{"version"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_model_reloads_total",
+			Help: "Model reload attempts by result (ok or error).",
+		}, []string{"result"}),
+	}
+	m.cacheRequests.WithLabelValues("hit")
+	m.cacheRequests.WithLabelValues("miss")
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
+	all := []prometheus.Collector{
+		m.decisions, m.cacheRequests, m.modelInfo, m.reloads,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_slow_active",
+			Help: "Requests holding the slow-path budget.",
+		}, func() float64 { return float64(r.budget.Active()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_slow_load",
+			Help: "Slow-path load: slow_active / decision.max_slow_concurrency, in [0, 1].",
+		}, func() float64 { return r.State().Load() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_decision_threshold",
+			Help: "The P(slow) a request must exceed to go slow at the current load.",
+		}, r.Threshold),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "triage_cache_evictions_total",
+			Help: "Entries evicted from the result cache (ristretto's count).",
+		}, r.cache.evictions),
+	}
+	for _, c := range all {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("router: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// setModel makes version the only one reported by triage_model_info.
+func (m *metrics) setModel(version string) {
+	m.modelInfo.Reset()
+	m.modelInfo.WithLabelValues(version).Set(1)
+}

@@ -1,0 +1,123 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/triage-gw/triage/classifier"
+)
+
+// Score is the model's output for one text, the model that produced it, and where the time
+// went.
+type Score struct {
+	// PSlow is P(slow | text) in [0, 1].
+	PSlow float32
+	// Tokens is the number of word pieces the encoder saw (after truncation, special tokens
+	// included).
+	Tokens int
+	// Version is the model version that produced PSlow (part of the cache key).
+	Version string
+	// Cutoff is that model's label threshold: the model says slow iff PSlow > Cutoff.
+	Cutoff float64
+	// Hit reports a result-cache hit (the classifier did not run).
+	Hit bool
+	// CacheTime, Queue and Inference are the time spent in the cache lookup, waiting for a
+	// batch, and in the batch's classifier call. Queue and Inference are zero on a hit.
+	CacheTime, Queue, Inference time.Duration
+}
+
+// ModelSlow reports whether the model's own label is slow.
+func (s Score) ModelSlow() bool { return float64(s.PSlow) > s.Cutoff }
+
+// CacheResult is "hit" or "miss", as in the x-router-cache header and the cache metric.
+func (s Score) CacheResult() string {
+	if s.Hit {
+		return "hit"
+	}
+	return "miss"
+}
+
+// scored is the batcher's result: a model output and the model that made it, so the cache
+// entry is keyed by the model that really answered even across a reload. err is set instead
+// for a text the classifier refused, so one unreadable text fails only its own request and
+// not everyone sharing its batch.
+type scored struct {
+	res     classifier.Result
+	version string
+	cutoff  float64
+	err     error
+}
+
+// runBatch is the batcher's Func: one Classify call on the current model, holding a
+// reference so a reload cannot close the model under it. A text the classifier rejects
+// (*classifier.TextError; it checks every text before any inference) gets its own error and
+// the rest are classified again without it.
+func (r *Router) runBatch(ctx context.Context, texts []string) ([]scored, error) {
+	ref := r.models.acquire()
+	if ref == nil {
+		return nil, ErrNoModel
+	}
+	defer ref.release()
+	out := make([]scored, len(texts))
+	todo := make([]int, len(texts)) // indexes into texts still to classify
+	for i := range todo {
+		todo[i] = i
+	}
+	for len(todo) > 0 {
+		batch := make([]string, len(todo))
+		for j, i := range todo {
+			batch[j] = texts[i]
+		}
+		res, err := ref.m.Classify(ctx, batch)
+		var te *classifier.TextError
+		if errors.As(err, &te) && te.Index >= 0 && te.Index < len(todo) {
+			out[todo[te.Index]].err = &UnclassifiableError{Err: te.Err}
+			todo = slices.Delete(todo, te.Index, te.Index+1)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("classifier %s: %w", ref.version, err)
+		}
+		if len(res) != len(batch) {
+			return nil, fmt.Errorf("classifier %s: %d results for %d texts", ref.version, len(res), len(batch))
+		}
+		for j, i := range todo {
+			if p := float64(res[j].PSlow); math.IsNaN(p) || p < 0 || p > 1 {
+				return nil, fmt.Errorf("classifier %s: P(slow) = %v, outside [0, 1]", ref.version, p)
+			}
+			out[i] = scored{res: res[j], version: ref.version, cutoff: ref.cutoff}
+		}
+		break
+	}
+	return out, nil
+}
+
+// score looks text (built by Input) up in the cache and classifies it on a miss.
+func (r *Router) score(ctx context.Context, text string) (Score, error) {
+	start := time.Now()
+	cur := r.models.peek()
+	if cur == nil {
+		return Score{}, ErrNoModel
+	}
+	if c, ok := r.cache.get(cur.version, text); ok {
+		r.m.cacheRequests.WithLabelValues("hit").Inc()
+		return Score{PSlow: c.pSlow, Tokens: c.tokens, Version: cur.version, Cutoff: cur.cutoff,
+			Hit: true, CacheTime: time.Since(start)}, nil
+	}
+	r.m.cacheRequests.WithLabelValues("miss").Inc()
+	lookup := time.Since(start)
+	s, t, err := r.batch.SubmitTimed(ctx, text)
+	if err == nil {
+		err = s.err
+	}
+	if err != nil {
+		return Score{}, err
+	}
+	r.cache.set(s.version, text, cached{pSlow: s.res.PSlow, tokens: s.res.Tokens})
+	return Score{PSlow: s.res.PSlow, Tokens: s.res.Tokens, Version: s.version, Cutoff: s.cutoff,
+		CacheTime: lookup, Queue: t.Queue, Inference: t.Inference}, nil
+}

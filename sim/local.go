@@ -1,0 +1,83 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Local is a set of simulated replicas run in-process, each a real HTTP server on its own
+// 127.0.0.1 port: the gateway's built-in pools, and tests.
+type Local struct {
+	servers []*Server
+	lns     []net.Listener
+	ids     []string
+	log     *slog.Logger
+}
+
+// ListenLocal builds n replicas of cfg named "<cfg.Name>-<i>" and seeded cfg.Seed+i (so their
+// jitter differs) and opens a listener on 127.0.0.1:0 for each. Nothing is served until Run;
+// Close releases the listeners if Run is never called. log nil means discard.
+func ListenLocal(cfg Config, n int, log *slog.Logger) (_ *Local, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Local{log: log}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	for i := range n {
+		rc := cfg
+		rc.Name = fmt.Sprintf("%s-%d", cfg.Name, i)
+		rc.Seed = cfg.Seed + uint64(i)
+		srv, err := New(rc, WithLogger(log.With("component", "sim", "replica", rc.Name)))
+		if err != nil {
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("sim replica %s: %w", rc.Name, err)
+		}
+		l.servers = append(l.servers, srv)
+		l.lns = append(l.lns, ln)
+		l.ids = append(l.ids, rc.Name)
+	}
+	return l, nil
+}
+
+// Replicas returns each replica's id and base URL ("http://127.0.0.1:port"), in order.
+func (l *Local) Replicas() (ids, urls []string) {
+	for i, ln := range l.lns {
+		ids = append(ids, l.ids[i])
+		urls = append(urls, "http://"+ln.Addr().String())
+	}
+	return ids, urls
+}
+
+// Run serves every replica until ctx ends, then drains them.
+func (l *Local) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for i, srv := range l.servers {
+		ln := l.lns[i]
+		g.Go(func() error { return srv.Serve(gctx, ln) })
+	}
+	l.log.Info("simulated replicas serving", "replicas", len(l.servers))
+	return g.Wait()
+}
+
+// Close releases the listeners of a Local that will not Run.
+func (l *Local) Close() error {
+	var errs []error
+	for _, ln := range l.lns {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
