@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-prom build run test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
+.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
 
 all: build
 
@@ -40,9 +40,13 @@ test: setup test-go test-notebook test-python
 setup-prom:
 	@scripts/setup.sh prom
 
+# redis-server (Debian package, Redis 7) for fleet mode's tests; root, like setup-prom.
+setup-redis:
+	@scripts/setup.sh redis
+
 # build first: deploy/ starts the real gateway, built with these same flags, so
 # its own `go build` is then only a link step.
-test-go: setup-prom build
+test-go: setup-prom setup-redis build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 

@@ -9,6 +9,7 @@ require (
 	github.com/gofiber/fiber/v2 v2.52.12
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/common v0.72.1
+	github.com/redis/rueidis v1.0.79
 	github.com/stretchr/testify v1.12.1
 	github.com/valyala/fasthttp v1.51.0
 	github.com/yalue/onnxruntime_go v1.27.0

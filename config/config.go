@@ -11,13 +11,14 @@ import (
 	"github.com/triage-gw/triage/batcher"
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/decision"
+	"github.com/triage-gw/triage/fleet"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
 )
 
 // Config is the whole gateway configuration. Every section owns its defaults and its
-// validation; Config only composes them and prefixes their errors with the section's path.
+// validation; Config only composes them, giving each section its path.
 //
 // Durations are Go duration strings ("50ms", "1m30s") everywhere. The sections of this
 // package and those of batcher and sim use time.Duration, which gopkg.in/yaml.v3 decodes from
@@ -31,6 +32,7 @@ type Config struct {
 	Decision   decision.Config    `yaml:"decision"`
 	Pools      PoolsConfig        `yaml:"pools"`
 	Sim        SimConfig          `yaml:"sim"`
+	Fleet      fleet.Config       `yaml:"fleet"`
 	Admin      AdminConfig        `yaml:"admin"`
 	Log        LogConfig          `yaml:"log"`
 }
@@ -282,6 +284,7 @@ func DefaultConfig() Config {
 		Decision:   decision.DefaultConfig(),
 		Pools:      PoolsConfig{Fast: DefaultPoolConfig("fast"), Slow: DefaultPoolConfig("slow")},
 		Sim:        DefaultSimConfig(),
+		Fleet:      fleet.DefaultConfig(),
 		Admin:      AdminConfig{},
 		Log:        DefaultLogConfig(),
 	}
@@ -297,6 +300,7 @@ func (c Config) Validate() error {
 		c.Router().ValidateAt(""),
 		c.Pools.ValidateAt("pools"),
 		c.Sim.ValidateAt("sim"),
+		c.Fleet.ValidateAt("fleet"),
 		c.Admin.ValidateAt("admin"),
 		c.Log.ValidateAt("log"),
 	)

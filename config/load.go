@@ -60,6 +60,9 @@ func Load(src Sources) (Config, error) {
 	if src.Listen != "" {
 		cfg.Server.Listen = src.Listen
 	}
+	if err := resolveSecrets(&cfg, env); err != nil {
+		return Config{}, fmt.Errorf("config: invalid:\n%w", err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config: invalid:\n%w", err)
 	}
@@ -175,6 +178,24 @@ func joinPath(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// resolveSecrets reads the secrets that config names by environment variable rather than
+// holds: the fleet's Redis password.
+func resolveSecrets(cfg *Config, env []string) error {
+	name := cfg.Fleet.PasswordEnv
+	if name == "" {
+		return nil
+	}
+	if strings.HasPrefix(name, EnvPrefix) {
+		return fmt.Errorf("fleet.password_env: %q starts with %s, which names settings; use another name such as REDIS_PASSWORD", name, EnvPrefix)
+	}
+	v := lookup(env, name)
+	if v == "" && cfg.Fleet.Enabled {
+		return fmt.Errorf("fleet.password_env: environment variable %s is not set or empty", name)
+	}
+	cfg.Fleet.Password = v
+	return nil
 }
 
 // lookup returns the value of key in env, or "".

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -34,6 +35,18 @@ func (c CacheConfig) ValidateAt(path string) error {
 		errs = append(errs, fmt.Errorf("%s.ttl: must be >= 0 (0 means no expiry), got %s", path, c.TTL))
 	}
 	return errors.Join(errs...)
+}
+
+// SharedCache is an optional second result-cache tier behind the in-process one, shared by
+// the gateways of a fleet (package fleet implements it on Redis). It holds model outputs
+// keyed by model version + text, never decisions.
+//
+// Contract: Get looks texts up in one round trip; found[i] is false on a miss and on any
+// trouble (the tier is optional: an unreachable tier is a miss, never an error). Set queues a
+// result and never blocks; it may drop it. Both are safe for concurrent use.
+type SharedCache interface {
+	Get(ctx context.Context, version string, texts []string) (pSlow []float32, tokens []int, found []bool)
+	Set(version, text string, pSlow float32, tokens int)
 }
 
 // cached is a model output as the cache keeps it. Never a decision: every hit is decided

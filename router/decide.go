@@ -91,6 +91,22 @@ func (r *Router) Preview(ctx context.Context, text string) (Route, error) {
 	return r.decide(sc, false), nil
 }
 
+// PreviewMany is Preview for several texts at once: the shared-tier lookups of all of them
+// go in one round trip and the misses are submitted together, so they share batches.
+// errs[i] is set for a text that failed; its route is zero.
+func (r *Router) PreviewMany(ctx context.Context, texts []string) ([]Route, []error) {
+	scores := make([]Score, len(texts))
+	errs := make([]error, len(texts))
+	r.scoreMany(ctx, texts, scores, errs)
+	routes := make([]Route, len(texts))
+	for i := range texts {
+		if errs[i] == nil {
+			routes[i] = r.decide(scores[i], false)
+		}
+	}
+	return routes, errs
+}
+
 // decide applies the policy to a score under the current load. With hold, a slow verdict
 // takes a slot of the budget; without it the budget is only looked at.
 func (r *Router) decide(sc Score, hold bool) Route {

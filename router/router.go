@@ -51,8 +51,10 @@ type Options struct {
 	// slow pool's health on every slow verdict; it does not run the pools.
 	Fast, Slow *upstream.Pool
 	// Budget is the slow-path budget. Nil means a local semaphore of
-	// Decision.MaxSlowConcurrency slots.
+	// Decision.MaxSlowConcurrency slots (the fleet's budget in fleet mode).
 	Budget SlowBudget
+	// Shared is a second result-cache tier shared by a fleet's gateways. Nil means none.
+	Shared SharedCache
 	// Logger receives model loads, reloads and recovered batch panics. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -76,6 +78,7 @@ type Router struct {
 	reloadMu sync.Mutex
 
 	cache  *resultCache
+	shared SharedCache // nil without one
 	batch  *batcher.Batcher[scored]
 	policy decision.Policy
 	budget SlowBudget
@@ -99,7 +102,7 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 	case opts.Fast == nil || opts.Slow == nil:
 		return nil, errors.New("router: Options.Fast and Options.Slow are required")
 	}
-	r := &Router{cfg: cfg, log: opts.Logger, load: opts.Load, budget: opts.Budget, fast: opts.Fast, slow: opts.Slow}
+	r := &Router{cfg: cfg, log: opts.Logger, load: opts.Load, budget: opts.Budget, shared: opts.Shared, fast: opts.Fast, slow: opts.Slow}
 	if r.log == nil {
 		r.log = slog.Default()
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/triage-gw/triage/classifier"
@@ -23,8 +24,9 @@ type Score struct {
 	Version string
 	// Cutoff is that model's label threshold: the model says slow iff PSlow > Cutoff.
 	Cutoff float64
-	// Hit reports a result-cache hit (the classifier did not run).
-	Hit bool
+	// Hit reports a result-cache hit (the classifier did not run); Shared that the hit came
+	// from the fleet's shared tier rather than this gateway's own.
+	Hit, Shared bool
 	// CacheTime, Queue and Inference are the time spent in the cache lookup, waiting for a
 	// batch, and in the batch's classifier call. Queue and Inference are zero on a hit.
 	CacheTime, Queue, Inference time.Duration
@@ -39,6 +41,18 @@ func (s Score) CacheResult() string {
 		return "hit"
 	}
 	return "miss"
+}
+
+// CacheTier names where a hit was found: "local" (this gateway) or "shared" (the fleet's
+// tier); "" for a miss.
+func (s Score) CacheTier() string {
+	switch {
+	case s.Shared:
+		return "shared"
+	case s.Hit:
+		return "local"
+	}
+	return ""
 }
 
 // scored is the batcher's result: a model output and the model that made it, so the cache
@@ -96,28 +110,81 @@ func (r *Router) runBatch(ctx context.Context, texts []string) ([]scored, error)
 	return out, nil
 }
 
-// score looks text (built by Input) up in the cache and classifies it on a miss.
+// score looks text (built by Input) up in the caches and classifies it on a miss.
 func (r *Router) score(ctx context.Context, text string) (Score, error) {
+	var out [1]Score
+	var errs [1]error
+	r.scoreMany(ctx, []string{text}, out[:], errs[:])
+	return out[0], errs[0]
+}
+
+// scoreMany scores texts into out (errs[i] for a text that failed): each text is looked up
+// in this gateway's cache; the misses in the shared tier, all in one round trip; what is
+// still missing is classified, the texts submitted together so they share batches.
+func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, errs []error) {
 	start := time.Now()
 	cur := r.models.peek()
 	if cur == nil {
-		return Score{}, ErrNoModel
+		for i := range errs {
+			errs[i] = ErrNoModel
+		}
+		return
 	}
-	if c, ok := r.cache.get(cur.version, text); ok {
-		r.m.cacheRequests.WithLabelValues("hit").Inc()
-		return Score{PSlow: c.pSlow, Tokens: c.tokens, Version: cur.version, Cutoff: cur.cutoff,
-			Hit: true, CacheTime: time.Since(start)}, nil
+	var miss []int
+	for i, text := range texts {
+		if c, ok := r.cache.get(cur.version, text); ok {
+			r.m.cacheRequests.WithLabelValues("hit").Inc()
+			out[i] = Score{PSlow: c.pSlow, Tokens: c.tokens, Version: cur.version, Cutoff: cur.cutoff,
+				Hit: true, CacheTime: time.Since(start)}
+			continue
+		}
+		miss = append(miss, i)
 	}
-	r.m.cacheRequests.WithLabelValues("miss").Inc()
+	if len(miss) > 0 && r.shared != nil {
+		keys := make([]string, len(miss))
+		for j, i := range miss {
+			keys[j] = texts[i]
+		}
+		p, tok, found := r.shared.Get(ctx, cur.version, keys)
+		still := miss[:0]
+		for j, i := range miss {
+			if j >= len(found) || !found[j] {
+				still = append(still, i)
+				continue
+			}
+			r.m.cacheRequests.WithLabelValues("hit").Inc()
+			r.cache.set(cur.version, texts[i], cached{pSlow: p[j], tokens: tok[j]})
+			out[i] = Score{PSlow: p[j], Tokens: tok[j], Version: cur.version, Cutoff: cur.cutoff,
+				Hit: true, Shared: true, CacheTime: time.Since(start)}
+		}
+		miss = still
+	}
 	lookup := time.Since(start)
-	s, t, err := r.batch.SubmitTimed(ctx, text)
-	if err == nil {
-		err = s.err
+	classify := func(i int) {
+		r.m.cacheRequests.WithLabelValues("miss").Inc()
+		s, t, err := r.batch.SubmitTimed(ctx, texts[i])
+		if err == nil {
+			err = s.err
+		}
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		r.cache.set(s.version, texts[i], cached{pSlow: s.res.PSlow, tokens: s.res.Tokens})
+		if r.shared != nil {
+			r.shared.Set(s.version, texts[i], s.res.PSlow, s.res.Tokens)
+		}
+		out[i] = Score{PSlow: s.res.PSlow, Tokens: s.res.Tokens, Version: s.version, Cutoff: s.cutoff,
+			CacheTime: lookup, Queue: t.Queue, Inference: t.Inference}
 	}
-	if err != nil {
-		return Score{}, err
+	if len(miss) == 1 {
+		classify(miss[0])
+		return
 	}
-	r.cache.set(s.version, text, cached{pSlow: s.res.PSlow, tokens: s.res.Tokens})
-	return Score{PSlow: s.res.PSlow, Tokens: s.res.Tokens, Version: s.version, Cutoff: s.cutoff,
-		CacheTime: lookup, Queue: t.Queue, Inference: t.Inference}, nil
+	// Submitted together, the texts share batches.
+	var wg sync.WaitGroup
+	for _, i := range miss {
+		wg.Go(func() { classify(i) })
+	}
+	wg.Wait()
 }

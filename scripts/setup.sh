@@ -7,11 +7,11 @@
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
 #   scripts/setup.sh            all steps
-#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv prom)
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv prom redis)
 #
-# `prom` is not part of the default set: it installs the Debian package
-# prometheus (promtool and the server, for the deploy/ checks) and needs root;
-# `make test` runs it.
+# `prom` and `redis` are not part of the default set: they install the Debian
+# packages prometheus (promtool and the server, for the deploy/ checks) and
+# redis-server (fleet mode's tests) and need root; `make test` runs them.
 #
 # A failed step stops the script with "setup: step <name> failed: <why>".
 set -euo pipefail
@@ -164,12 +164,45 @@ step_prom() {
   say "installed $(prometheus --version 2>&1 | head -1)"
 }
 
+# Redis 7 (Debian's redis-server) for fleet mode's tests and benchmark, which start their own
+# servers on free 127.0.0.1 ports. Like prom, it needs root and is not a default step.
+# Debian 12 ships the 7.0 series; the step insists on major version 7 (fleet mode's Lua
+# scripts and commands are tested against it) rather than on one Debian revision, which the
+# archive replaces with each security update.
+step_redis() {
+  STEP=redis
+  if command -v redis-server >/dev/null 2>&1; then
+    redis_major || return 1
+    say "ok ($(redis-server --version | head -1))"; return
+  fi
+  command -v apt-get >/dev/null 2>&1 \
+    || fail "redis-server missing and apt-get not available: install Redis 7 (or Valkey 7/8 as redis-server)"
+  [ "$(id -u)" = 0 ] \
+    || fail "redis-server missing: run 'sudo apt-get install -y --no-install-recommends redis-server' (or this step as root)"
+  say "installing the Debian package redis-server with apt-get"
+  if ! apt-cache show redis-server >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update"
+  fi
+  # No init system here: the package's service cannot start and must not be needed.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null \
+    || fail "apt-get install redis-server"
+  command -v redis-server >/dev/null 2>&1 || fail "redis-server not on PATH after installing redis-server"
+  redis_major
+  say "installed $(redis-server --version | head -1)"
+}
+
+redis_major() {
+  local v
+  v="$(redis-server --version | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')"
+  [ "$v" = 7 ] || fail "redis-server major version is '$v'; fleet mode is tested with Redis 7"
+}
+
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
 for s in "${steps[@]}"; do
   case "$s" in
-    ort|tok|encoders|venv|prom) "step_$s" ;;
-    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv prom)" ;;
+    ort|tok|encoders|venv|prom|redis) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv prom redis)" ;;
   esac
 done
 STEP=done

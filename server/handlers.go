@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -107,6 +106,7 @@ type classifyResult struct {
 	Threshold    float64 `json:"threshold"`
 	Load         float64 `json:"load"`
 	Cache        string  `json:"cache"`
+	CacheTier    string  `json:"cache_tier,omitempty"`
 	Tokens       int     `json:"tokens"`
 	ModelVersion string  `json:"model_version"`
 }
@@ -128,29 +128,20 @@ func (s *Server) handleClassify(c *fiber.Ctx, rq *request) error {
 	}
 	dl := s.newDeadline()
 	defer dl.end()
-	out := make([]classifyResult, len(ins))
-	routes := make([]router.Route, len(ins))
-	errs := make([]error, len(ins))
-	one := func(i int) {
-		routes[i], errs[i] = s.router.Preview(dl.ctx, ins[i].input)
-		if errs[i] == nil {
-			out[i] = resultFor(&routes[i])
-		}
+	texts := make([]string, len(ins))
+	for i, in := range ins {
+		texts[i] = in.input
 	}
-	if len(ins) == 1 {
-		one(0)
-	} else {
-		// Submitted together, the texts share batches.
-		var wg sync.WaitGroup
-		for i := range ins {
-			wg.Go(func() { one(i) })
-		}
-		wg.Wait()
-	}
+	// Together: one shared-tier round trip for all texts, and the misses share batches.
+	routes, errs := s.router.PreviewMany(dl.ctx, texts)
 	for _, err := range errs {
 		if err != nil {
 			return dl.err(err)
 		}
+	}
+	out := make([]classifyResult, len(ins))
+	for i := range routes {
+		out[i] = resultFor(&routes[i])
 	}
 	// x-router-latency: arrival to the last text's decision. Server-Timing breaks a single
 	// text's time down like a routed request's; for several texts the parts overlap.
@@ -177,6 +168,7 @@ func resultFor(r *router.Route) classifyResult {
 		Threshold:    round6(r.Decision.Threshold),
 		Load:         round6(r.Decision.Load),
 		Cache:        r.CacheResult(),
+		CacheTier:    r.CacheTier(),
 		Tokens:       r.Tokens,
 		ModelVersion: r.Version,
 	}

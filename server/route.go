@@ -46,11 +46,16 @@ func setRouteHeaders(c *fiber.Ctx, rq *request, r *router.Route) {
 	setServerTiming(c, r)
 }
 
-// setServerTiming writes the standard Server-Timing header: cache lookup, batcher queue,
-// inference and decision, in milliseconds.
+// setServerTiming writes the standard Server-Timing header: cache lookup ("hit", "miss", or
+// "hit-shared" for a hit in the fleet's shared tier), batcher queue, inference and decision,
+// in milliseconds.
 func setServerTiming(c *fiber.Ctx, r *router.Route) {
+	desc := r.CacheResult()
+	if r.Shared {
+		desc = "hit-shared"
+	}
 	c.Set(fiber.HeaderServerTiming, fmt.Sprintf(`cache;desc="%s";dur=%s, queue;dur=%s, inference;dur=%s, decision;dur=%s`,
-		r.CacheResult(), millis(r.CacheTime), millis(r.Queue), millis(r.Inference), millis(r.DecideTime)))
+		desc, millis(r.CacheTime), millis(r.Queue), millis(r.Inference), millis(r.DecideTime)))
 }
 
 // millis formats d in milliseconds with microsecond precision ("0.734").

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/internal/redistest"
 	"github.com/triage-gw/triage/router"
 )
 
@@ -251,4 +252,53 @@ func TestManifestLabelThresholdIsTheOnlyBoundary(t *testing.T) {
 		require.Equal(t, tc.reason, resp.Header.Get("x-router-reason"))
 		require.Equal(t, "hit", resp.Header.Get("x-router-cache"))
 	}
+}
+
+// Two gateways in fleet mode over one Redis: a text classified by one is a shared-tier hit
+// on the other, and both report the fleet up and the same live gateways.
+func TestFleetOfTwoGatewaysSharesTheCache(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	cfg.Fleet.Enabled = true
+	cfg.Fleet.URL = r.URL()
+	cfg.Fleet.Budget.SyncInterval = 20 * time.Millisecond
+	cfg.Fleet.Budget.LeaseTTL = time.Second
+	cfg.Fleet.GatewayID = "gw-a"
+	a, _ := startGateway(t, cfg)
+	cfg.Fleet.GatewayID = "gw-b"
+	b, _ := startGateway(t, cfg)
+
+	const text = "Write a limerick about a lighthouse keeper."
+	resp, body := post(t, a+"/v1/query-process", fmt.Sprintf(`{"text":%q}`, text))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, "miss", resp.Header.Get("x-router-cache"))
+
+	// Writes to the shared tier are asynchronous: wait for the entry before asking b.
+	require.Eventually(t, func() bool {
+		keys, err := r.Command("KEYS", "triage:c:*")
+		return err == nil && keys != "" && !strings.HasPrefix(keys, "*0")
+	}, 5*time.Second, 5*time.Millisecond)
+	resp, body = post(t, b+"/v1/classify", fmt.Sprintf(`{"text":%q}`, text))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, string(body), `"cache_tier":"shared"`, "gateway b finds gateway a's result in the shared tier")
+	resp, _ = post(t, b+"/v1/query-process", fmt.Sprintf(`{"text":%q}`, text))
+	require.Equal(t, "hit", resp.Header.Get("x-router-cache"), "and then in its own")
+
+	for _, gw := range []string{a, b} {
+		require.Eventually(t, func() bool {
+			m := metricsText(t, gw)
+			return strings.Contains(m, "triage_fleet_up 1") && strings.Contains(m, "triage_fleet_gateways 2")
+		}, 5*time.Second, 10*time.Millisecond)
+	}
+}
+
+func metricsText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }

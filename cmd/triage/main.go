@@ -29,6 +29,7 @@ import (
 
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/fleet"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/server"
 	"github.com/triage-gw/triage/sim"
@@ -138,9 +139,10 @@ type parts struct {
 }
 
 // build wires the gateway: the two pools (each with the replica policy and admission its
-// config names), the router over them with the classifier, and the HTTP server, all
-// registering their metrics on one registry. On error everything built so far is released.
-func build(cfg config.Config, p parts) (*server.Server, *router.Router, error) {
+// config names), in fleet mode the fleet's Redis state (budget and shared cache), the router
+// over them with the classifier, and the HTTP server, all registering their metrics on one
+// registry. On error everything built so far is released.
+func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err error) {
 	reg := prometheus.NewRegistry()
 	fast, err := upstream.New(cfg.Pools.Fast, upstream.Options{Logger: p.log, Registerer: reg})
 	if err != nil {
@@ -154,7 +156,26 @@ func build(cfg config.Config, p parts) (*server.Server, *router.Router, error) {
 	if load == nil {
 		load = func() (router.Model, error) { return loadClassifier(cfg.Classifier) }
 	}
-	rt, err := router.New(cfg.Router(), router.Options{Load: load, Fast: fast, Slow: slow, Logger: p.log, Registerer: reg})
+	ropts := router.Options{Load: load, Fast: fast, Slow: slow, Logger: p.log, Registerer: reg}
+	if cfg.Fleet.Enabled {
+		f, err := fleet.New(cfg.Fleet, cfg.Decision.MaxSlowConcurrency, fleet.Options{Logger: p.log, Registerer: reg})
+		if err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if err != nil {
+				f.Conn.Close()
+			}
+		}()
+		ropts.Budget = f.Budget
+		if f.Cache != nil {
+			ropts.Shared = f.Cache
+		}
+		// The fleet runs like a backend: it starts before the gateway serves and stops after
+		// the drain, once every slow slot has been released, and gives its grant back.
+		p.backends = append(p.backends, f)
+	}
+	rt, err := router.New(cfg.Router(), ropts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,55 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Fleet is one gateway's membership of a fleet: the Redis connection, the fleet-wide
+// slow-path budget and the shared result cache. Run owns their background work and stops it
+// in order.
+type Fleet struct {
+	Conn   *Conn
+	Budget *Budget
+	// Cache is nil when fleet.cache.enabled is false.
+	Cache *Cache
+}
+
+// New dials Redis (see Dial for when it fails and when it starts in local mode) and builds
+// the budget of maxSlow slots for the whole fleet and, if enabled, the shared cache.
+func New(cfg Config, maxSlow int, opts Options) (*Fleet, error) {
+	conn, err := Dial(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := NewBudget(conn, maxSlow)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f := &Fleet{Conn: conn, Budget: b}
+	if cfg.Cache.Enabled {
+		f.Cache = NewCache(conn)
+	}
+	return f, nil
+}
+
+// Run keeps the connection checked, the budget synced and the cache written until ctx ends;
+// then it stops the budget first (which gives this gateway's grant back over the still open
+// connection), then the cache writer, then the connection. Run may be called once.
+func (f *Fleet) Run(ctx context.Context) error {
+	connCtx, stopConn := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopConn()
+	var conn sync.WaitGroup
+	conn.Go(func() { f.Conn.Run(connCtx) })
+	var parts sync.WaitGroup
+	parts.Go(func() { f.Budget.Run(ctx) })
+	if f.Cache != nil {
+		parts.Go(func() { f.Cache.Run(ctx) })
+	}
+	parts.Wait()
+	stopConn()
+	conn.Wait()
+	return nil
+}

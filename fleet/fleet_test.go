@@ -1,0 +1,255 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/internal/redistest"
+)
+
+// Three gateways hammer one fleet budget of 10 slots from 8 goroutines each: the slots
+// held across the fleet, counted exactly by the test, never exceed 10, and the fleet uses
+// most of its budget (the grants follow the demand).
+func TestBudgetNeverExceedsMaxUnderConcurrency(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := testFleetConfig(r.URL())
+	const max = 10
+	var gws []*gateway
+	for _, id := range []string{"g0", "g1", "g2"} {
+		gws = append(gws, joinFleet(t, cfg, id, max))
+	}
+	var inFlight, peak, taken, refused atomic.Int64
+	deadline := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for _, g := range gws {
+		for w := range 8 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				for time.Now().Before(deadline) {
+					if !g.budget.TryAcquire() {
+						refused.Add(1)
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					n := inFlight.Add(1)
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					taken.Add(1)
+					time.Sleep(time.Duration(1+rng.IntN(4)) * time.Millisecond)
+					inFlight.Add(-1)
+					g.budget.Release()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	t.Logf("taken %d, refused %d, peak in flight %d of %d", taken.Load(), refused.Load(), peak.Load(), max)
+	require.LessOrEqual(t, peak.Load(), int64(max), "the fleet held more slots than its budget")
+	require.GreaterOrEqual(t, peak.Load(), int64(max-2), "the fleet should use most of its budget under this demand")
+	require.Greater(t, taken.Load(), int64(1000))
+	for _, g := range gws {
+		a, _ := g.budget.Local()
+		require.Zero(t, a)
+	}
+}
+
+// A gateway that dies holding slots (no sync, no goodbye: kill -9 as Redis sees it) gives
+// them back within its lease plus a sync interval.
+func TestDeadGatewaysSlotsReturnWithinTheLease(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := testFleetConfig(r.URL())
+	const max = 6
+	// The doomed gateway runs no loops: it syncs when it takes slots (top-ups) and never
+	// again.
+	cfgDead := cfg
+	cfgDead.GatewayID = "doomed"
+	conn, err := Dial(cfgDead, Options{Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	doomed, err := NewBudget(conn, max)
+	require.NoError(t, err)
+	for doomed.TryAcquire() {
+	}
+	held, _ := doomed.Local()
+	require.Equal(t, max, held, "with the fleet to itself it can take every slot")
+
+	alive := joinFleet(t, cfg, "alive", max)
+	require.False(t, alive.budget.TryAcquire(), "every slot is held by the other gateway")
+	died := time.Now()
+	var back time.Duration
+	require.Eventually(t, func() bool {
+		if alive.budget.TryAcquire() {
+			back = time.Since(died)
+			return true
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond)
+	t.Logf("slots back after %s (lease %s, sync %s)", back, cfg.Budget.LeaseTTL, cfg.Budget.SyncInterval)
+	require.Less(t, back, cfg.Budget.LeaseTTL+5*cfg.Budget.SyncInterval+cfg.CommandTimeout)
+	require.Eventually(t, func() bool {
+		alive.budget.TryAcquire()
+		a, _ := alive.budget.Local()
+		return a == max
+	}, 2*time.Second, 5*time.Millisecond, "the whole budget is usable again")
+}
+
+// A gateway that shuts down gives its grant back at once.
+func TestStoppedGatewayGivesItsGrantBack(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := testFleetConfig(r.URL())
+	a := joinFleet(t, cfg, "a", 4)
+	for a.budget.TryAcquire() {
+	}
+	for range 4 {
+		a.budget.Release()
+	}
+	b := joinFleet(t, cfg, "b", 4)
+	a.stop()
+	require.Eventually(t, func() bool {
+		b.budget.TryAcquire()
+		n, _ := b.budget.Local()
+		return n == 4
+	}, 500*time.Millisecond, 5*time.Millisecond)
+}
+
+// The load the decision sees is the fleet's: the other gateways' slots (as of their last
+// sync) plus this one's.
+func TestActiveIsTheFleetsLoad(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := testFleetConfig(r.URL())
+	a, b := joinFleet(t, cfg, "a", 20), joinFleet(t, cfg, "b", 20)
+	for range 5 {
+		require.True(t, a.budget.TryAcquire())
+	}
+	require.True(t, b.budget.TryAcquire())
+	require.Eventually(t, func() bool { return b.budget.Active() == 6 && a.budget.Active() == 6 }, 2*time.Second, 5*time.Millisecond)
+	require.Equal(t, 20, b.budget.Max())
+}
+
+// Cache entries written by one gateway are hits on another, keyed by model version, and a
+// lookup of several texts is one round trip.
+func TestCacheIsSharedAcrossGateways(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := testFleetConfig(r.URL())
+	a, b := joinFleet(t, cfg, "a", 5), joinFleet(t, cfg, "b", 5)
+	a.cache.Set("v1", "write a poem", 0.87, 6)
+	a.cache.Set("v1", "classify: cat", 0.12, 5)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, _, f := b.cache.Get(ctx, "v1", []string{"write a poem"})
+		return f[0]
+	}, 2*time.Second, 5*time.Millisecond)
+
+	before := r.CommandCalls("mget")
+	p, tok, found := b.cache.Get(ctx, "v1", []string{"write a poem", "never seen", "classify: cat"})
+	require.Equal(t, []bool{true, false, true}, found)
+	require.InDelta(t, 0.87, p[0], 1e-7)
+	require.Equal(t, 6, tok[0])
+	require.InDelta(t, 0.12, p[2], 1e-7)
+	require.Equal(t, before+1, r.CommandCalls("mget"), "three lookups, one round trip")
+
+	_, _, found = b.cache.Get(ctx, "v2", []string{"write a poem"})
+	require.False(t, found[0], "another model version never sees these entries")
+
+	ttl, err := r.Command("PTTL", a.cache.key("v1", "write a poem"))
+	require.NoError(t, err)
+	require.Regexp(t, `^:\d+$`, ttl, "entries expire")
+}
+
+// Redis dies mid-run: within a second every gateway is on local state (no Redis call on
+// the request path, the grant it had still usable); when Redis is back they rejoin, and no
+// slot is leaked across the outage.
+func TestRedisOutageFallsBackAndRejoins(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := testFleetConfig(r.URL())
+	a, b := joinFleet(t, cfg, "a", 8), joinFleet(t, cfg, "b", 8)
+	require.True(t, a.budget.TryAcquire())
+	require.True(t, b.budget.TryAcquire())
+	_, aLimit := a.budget.Local()
+
+	r.Stop()
+	stopped := time.Now()
+	require.Eventually(t, func() bool { return !a.conn.Up() && !b.conn.Up() }, 2*time.Second, 5*time.Millisecond)
+	t.Logf("fell back after %s", time.Since(stopped))
+	require.Less(t, time.Since(stopped), time.Second+cfg.CommandTimeout, "fall back within 1 s")
+
+	// Local state: the grant held before the outage, no Redis call, nothing blocks.
+	start := time.Now()
+	_, limit := a.budget.Local()
+	require.Equal(t, aLimit, limit, "the grant is kept through the outage")
+	got := 0
+	for a.budget.TryAcquire() {
+		got++
+	}
+	require.Equal(t, aLimit-1, got)
+	_, _, found := a.cache.Get(context.Background(), "v1", []string{"x"})
+	require.False(t, found[0])
+	require.Less(t, time.Since(start), 50*time.Millisecond, "no request waits on a dead Redis")
+	require.Equal(t, aLimit, a.budget.Max(), "the load is this gateway's own share while down")
+
+	for range got + 1 {
+		a.budget.Release()
+	}
+	r.Start()
+	require.Eventually(t, func() bool { return a.conn.Up() && b.conn.Up() }, 2*time.Second, 5*time.Millisecond)
+	b.budget.Release()
+	// Both have synced again: nothing held, the fleet's accounting agrees.
+	require.Eventually(t, func() bool {
+		return a.budget.Active() == 0 && b.budget.Active() == 0 && a.budget.syncAge() < 0.2
+	}, 3*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		active, err := r.Command("HVALS", a.budget.keys[1])
+		return err == nil && active == "0,0"
+	}, 3*time.Second, 5*time.Millisecond, "both gateways report 0 slots in flight: none leaked")
+}
+
+func TestDialUnreachable(t *testing.T) {
+	cfg := testFleetConfig("redis://127.0.0.1:1")
+	cfg.DialTimeout = 200 * time.Millisecond
+	c, err := Dial(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err, "not required: start in local mode")
+	require.False(t, c.Up())
+	b, err := NewBudget(c, 10)
+	require.NoError(t, err)
+	_, limit := b.Local()
+	require.Equal(t, cfg.Budget.FallbackSlots, limit)
+
+	cfg.Required = true
+	_, err = Dial(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorContains(t, err, "fleet.required")
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"no url", func(c *Config) { c.URL = "" }, "fleet.url: required"},
+		{"bad scheme", func(c *Config) { c.URL = "http://x:6379" }, "fleet.url: scheme must be redis or rediss"},
+		{"unparsable", func(c *Config) { c.URL = "redis://[::1" }, "fleet.url: cannot parse"},
+		{"password in url", func(c *Config) { c.URL = "redis://u:secret@x:6379" }, "password_env"},
+		{"prefix", func(c *Config) { c.KeyPrefix = "a b" }, "fleet.key_prefix"},
+		{"lease too short", func(c *Config) { c.Budget.LeaseTTL = 50 * time.Millisecond }, "fleet.budget.lease_ttl: must be >= 5"},
+		{"headroom", func(c *Config) { c.Budget.Headroom = 0 }, "fleet.budget.headroom"},
+		{"timeout", func(c *Config) { c.CommandTimeout = 0 }, "fleet.command_timeout: must be > 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testFleetConfig("redis://127.0.0.1:6379")
+			tc.mutate(&cfg)
+			err := cfg.Validate()
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "secret")
+		})
+	}
+	require.NoError(t, DefaultConfig().Validate(), "off by default and valid")
+	c := testFleetConfig("rediss://cache.internal:6380/2")
+	require.NoError(t, c.Validate())
+}
