@@ -152,7 +152,7 @@ func NewBudget(conn *Conn, max int) (*Budget, error) {
 	return b, nil
 }
 
-func pack(limit, active uint32) uint64   { return uint64(limit)<<32 | uint64(active) }
+func pack(limit, active uint32) uint64    { return uint64(limit)<<32 | uint64(active) }
 func unpack(s uint64) (limit, active int) { return int(s >> 32), int(uint32(s)) }
 
 // tryLocal takes a slot if the local limit allows.
