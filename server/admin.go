@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -14,13 +15,13 @@ import (
 	"github.com/triage-gw/triage/upstream"
 )
 
-// admin guards an admin handler with the configured bearer token. The comparison is over
-// SHA-256 digests in constant time, so neither the token's bytes nor its length leak
-// through timing.
+// admin guards an admin handler with the configured bearer token. The scheme is matched
+// case-insensitively (RFC 9110 11.1: "bearer" is "Bearer"); the token is compared over
+// SHA-256 digests in constant time, so neither its bytes nor its length leak through timing.
 func (s *Server) admin(h handlerFunc) handlerFunc {
 	want := sha256.Sum256([]byte(s.cfg.Admin.Token))
 	return func(c *fiber.Ctx, rq *request) error {
-		tok, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+		tok, ok := bearerToken(c.Get(fiber.HeaderAuthorization))
 		got := sha256.Sum256([]byte(tok))
 		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="triage-admin"`)
@@ -29,6 +30,16 @@ func (s *Server) admin(h handlerFunc) handlerFunc {
 		}
 		return h(c, rq)
 	}
+}
+
+// bearerToken returns the credentials of an "Authorization: Bearer <token>" value, the scheme
+// in any case and separated by one or more spaces.
+func bearerToken(v string) (string, bool) {
+	scheme, rest, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(rest, " "), true
 }
 
 func (s *Server) handleReload(c *fiber.Ctx, _ *request) error {
@@ -63,18 +74,25 @@ func (s *Server) setDrain(c *fiber.Ctx, on bool) error {
 	if err := checkBody(c.Body()); err != nil {
 		return err
 	}
+	var poolRaw, replicaRaw json.RawMessage
+	if err := objectFields(c.Body(), "", true, true, map[string]*json.RawMessage{"pool": &poolRaw, "replica": &replicaRaw}); err != nil {
+		return err
+	}
 	var req drainRequest
-	if err := decodeStrict(c.Body(), &req); err != nil {
+	var err error
+	if req.Pool, err = optionalString(poolRaw, "pool"); err != nil {
+		return err
+	}
+	if req.Replica, err = optionalString(replicaRaw, "replica"); err != nil {
 		return err
 	}
 	p := s.poolNamed(req.Pool)
 	if p == nil {
-		return badRequest("unknown_pool", "pool", "pool: must be %q or %q, got %q", router.PathFast, router.PathSlow, req.Pool)
+		return badRequest("unknown_pool", "pool", "pool: must be %q or %q, got %s", router.PathFast, router.PathSlow, clip(req.Pool))
 	}
 	if req.Replica == "" {
 		return badRequest("missing_field", "replica", "replica: required")
 	}
-	var err error
 	if on {
 		err = p.Drain(req.Replica)
 	} else {

@@ -70,6 +70,14 @@ func (s *Server) newApp() *fiber.App {
 	return app
 }
 
+// clipPath bounds a request path repeated in an error message.
+func clipPath(p string) string {
+	if len(p) <= maxQuoted {
+		return p
+	}
+	return truncName(p)
+}
+
 func knownMethod(m []byte) bool {
 	switch string(m) {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
@@ -81,7 +89,7 @@ func knownMethod(m []byte) bool {
 
 func (s *Server) rejectMethod(ctx *fasthttp.RequestCtx) {
 	e := &apiError{status: http.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
-		message: fmt.Sprintf("method %q is not supported", ctx.Method())}
+		message: fmt.Sprintf("method %s is not supported", clip(string(ctx.Method())))}
 	b, _ := json.Marshal(e.body())
 	ctx.SetStatusCode(e.status)
 	ctx.SetContentType(fiber.MIMEApplicationJSON)
@@ -145,11 +153,11 @@ func (s *Server) handleFiberError(c *fiber.Ctx, err error) error {
 		switch fe.Code {
 		case http.StatusNotFound:
 			err = &apiError{status: fe.Code, typ: typeInvalidRequest, code: "not_found",
-				message: fmt.Sprintf("no route for %s %s", c.Method(), c.Path())}
+				message: fmt.Sprintf("no route for %s %s", c.Method(), clipPath(c.Path()))}
 		case http.StatusMethodNotAllowed:
 			allow := string(c.Response().Header.Peek(fiber.HeaderAllow))
 			err = &apiError{status: fe.Code, typ: typeInvalidRequest, code: "method_not_allowed",
-				message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", c.Method(), c.Path(), allow)}
+				message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", c.Method(), clipPath(c.Path()), allow)}
 		}
 	}
 	s.writeError(c, err)
@@ -163,7 +171,7 @@ func (s *Server) handleFiberError(c *fiber.Ctx, err error) error {
 func requireJSON(c *fiber.Ctx) error {
 	if ce := string(c.Request().Header.Peek(fiber.HeaderContentEncoding)); ce != "" && !strings.EqualFold(ce, "identity") {
 		return &apiError{status: http.StatusUnsupportedMediaType, typ: typeInvalidRequest, code: "unsupported_media_type",
-			message: fmt.Sprintf("Content-Encoding %q is not supported; send the body uncompressed", ce)}
+			message: fmt.Sprintf("Content-Encoding %s is not supported; send the body uncompressed", clip(ce))}
 	}
 	ct := string(c.Request().Header.ContentType())
 	if ct == "" {
@@ -174,7 +182,7 @@ func requireJSON(c *fiber.Ctx) error {
 		return nil
 	}
 	return &apiError{status: http.StatusUnsupportedMediaType, typ: typeInvalidRequest, code: "unsupported_media_type",
-		message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+		message: fmt.Sprintf("Content-Type must be application/json, got %s", clip(ct))}
 }
 
 // sendJSON answers 200 with v as JSON.

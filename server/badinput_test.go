@@ -130,11 +130,16 @@ func TestAdminRoutesDoNotExistWithoutAToken(t *testing.T) {
 
 func TestAdminTokenIsChecked(t *testing.T) {
 	ts := startServer(t)
-	for _, auth := range []string{"", "Bearer ", "Bearer wrong", "Basic " + testToken, "Bearer " + testToken + "x", "bearer " + testToken} {
+	for _, auth := range []string{"", "Bearer ", "Bearer wrong", "Basic " + testToken, "Bearer " + testToken + "x", "Bearer" + testToken} {
 		resp, body := do(t, http.MethodGet, ts.url+"/admin/status", "", nil, "Authorization", auth)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, auth)
 		require.Equal(t, `Bearer realm="triage-admin"`, resp.Header.Get("WWW-Authenticate"))
 		require.Equal(t, "authentication_error", apiErr(t, body).Type)
+	}
+	// The scheme is case-insensitive (RFC 9110 11.1).
+	for _, scheme := range []string{"bearer ", "BEARER ", "Bearer  "} {
+		resp, body := do(t, http.MethodGet, ts.url+"/admin/status", "", nil, "Authorization", scheme+testToken)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%q: %s", scheme, body)
 	}
 	resp, body := do(t, http.MethodGet, ts.url+"/admin/status", "", nil, "Authorization", "Bearer "+testToken)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
@@ -148,4 +153,59 @@ func TestAdminTokenIsChecked(t *testing.T) {
 	resp, body = postJSON(t, ts.url+"/admin/drain", `{"pool":"fast","replica":"nope"}`, "Authorization", "Bearer "+testToken)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	require.Contains(t, apiErr(t, body).Message, "nope")
+}
+
+// Field names match exactly, as the replicas match them: encoding/json alone would read
+// "MESSAGES" as messages, so the gateway would classify (and route by) a text the replica
+// never reads. Case variants of the fields the gateway reads, and duplicates of them, are
+// 400s naming the field; nothing reaches a replica.
+func TestFieldNamesAreCaseSensitive(t *testing.T) {
+	ts := startServer(t)
+	cases := []struct {
+		name, path, body, code, param string
+	}{
+		{"upper-case messages only", "/v1/chat/completions", `{"MESSAGES":[{"role":"user","content":"p=0.9"}]}`, "field_case", "messages"},
+		{"both spellings", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi p=0.1"}],"Messages":[{"role":"user","content":"p=0.9"}]}`, "field_case", "messages"},
+		{"duplicate messages", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi p=0.1"}],"messages":[{"role":"user","content":"p=0.9"}]}`, "duplicate_field", "messages"},
+		{"message content case", "/v1/chat/completions", `{"messages":[{"role":"user","Content":"p=0.9","content":"hi"}]}`, "field_case", "messages[0].content"},
+		{"part text case", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"text","TEXT":"p=0.9","text":"hi"}]}]}`, "field_case", "messages[0].content[0].text"},
+		{"model case", "/v1/chat/completions", `{"MODEL":"big","messages":[{"role":"user","content":"hi"}]}`, "field_case", "model"},
+		{"prompt case", "/v1/completions", `{"Prompt":"p=0.9","prompt":"hi"}`, "field_case", "prompt"},
+		{"query-process TEXT", "/v1/query-process", `{"TEXT":"p=0.9"}`, "field_case", "text"},
+		{"classify item Context", "/v1/classify", `{"texts":[{"text":"a","Context":"b"}]}`, "field_case", "texts[0].context"},
+		{"duplicate text", "/v1/query-process", `{"text":"a","text":"b"}`, "duplicate_field", "text"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, body := postJSON(t, ts.url+c.path, c.body)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+			e := apiErr(t, body)
+			require.Equal(t, c.code, *e.Code)
+			require.Equal(t, c.param, *e.Param)
+		})
+	}
+	require.Empty(t, ts.fast.requests())
+	require.Empty(t, ts.slow.requests())
+	// Unknown fields of the OpenAI requests still pass through, whatever their case.
+	resp, body := postJSON(t, ts.url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi","Name":"x"}],"Temperature":0.3}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+}
+
+// Error messages quote client input only up to a bound: a 200 KB unknown key is not echoed.
+func TestErrorsDoNotEchoHugeInput(t *testing.T) {
+	ts := startServer(t)
+	huge := strings.Repeat("k", 200_000)
+	resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"x","`+huge+`":1}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Less(t, len(body), 1024, "the answer is not the key")
+	e := apiErr(t, body)
+	require.Equal(t, "unknown_field", *e.Code)
+	require.Contains(t, e.Message, "(200000 bytes)")
+
+	resp, body = do(t, http.MethodPost, ts.url+"/v1/query-process", "application/"+strings.Repeat("x", 10_000), []byte(`{}`))
+	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
+	require.Less(t, len(body), 1024)
+	resp, body = do(t, http.MethodGet, ts.url+"/"+strings.Repeat("p", 10_000), "", nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Less(t, len(body), 1024)
 }

@@ -59,32 +59,6 @@ func checkBody(body []byte) error {
 	return nil
 }
 
-// decodeStrict decodes body (one JSON object) into v, refusing unknown fields and trailing
-// data.
-func decodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err, "")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("invalid_json", "", "unexpected data after the JSON object")
-	}
-	return nil
-}
-
-// decodeLoose is decodeStrict that ignores unknown fields (OpenAI requests carry many).
-func decodeLoose(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err, "")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("invalid_json", "", "unexpected data after the JSON object")
-	}
-	return nil
-}
-
 // jsonError names what encoding/json disliked. within prefixes field names for nested
 // objects ("texts[2]").
 func jsonError(err error, within string) error {
@@ -107,10 +81,6 @@ func jsonError(err error, within string) error {
 	case errors.As(err, &typ):
 		f := field(typ.Field)
 		return badRequest("invalid_type", f, "%s: must be %s, got %s", nonEmpty(f, "body"), jsonTypeName(typ.Type.Kind().String()), typ.Value)
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name = strings.Trim(name, `"`)
-		return badRequest("unknown_field", field(name), "%s: unknown field", field(name))
 	}
 	return badRequest("invalid_json", field(""), "invalid JSON: %v", err)
 }
@@ -186,8 +156,12 @@ func optionalString(raw json.RawMessage, param string) (string, error) {
 
 // textObject is {"text": ..., "context": ...}: the query-process body and a /v1/classify item.
 type textObject struct {
-	Text    json.RawMessage `json:"text"`
-	Context json.RawMessage `json:"context"`
+	Text    json.RawMessage
+	Context json.RawMessage
+}
+
+func (o *textObject) fields() map[string]*json.RawMessage {
+	return map[string]*json.RawMessage{"text": &o.Text, "context": &o.Context}
 }
 
 func (o textObject) input(within string, lim limits) (textInput, error) {
@@ -208,7 +182,7 @@ func decodeQueryProcess(body []byte, lim limits) (textInput, error) {
 		return textInput{}, err
 	}
 	var o textObject
-	if err := decodeStrict(body, &o); err != nil {
+	if err := objectFields(body, "", true, true, o.fields()); err != nil {
 		return textInput{}, err
 	}
 	return o.input("", lim)
@@ -222,9 +196,11 @@ func decodeClassify(body []byte, lim limits) ([]textInput, error) {
 	}
 	var o struct {
 		textObject
-		Texts json.RawMessage `json:"texts"`
+		Texts json.RawMessage
 	}
-	if err := decodeStrict(body, &o); err != nil {
+	fields := o.textObject.fields()
+	fields["texts"] = &o.Texts
+	if err := objectFields(body, "", true, true, fields); err != nil {
 		return nil, err
 	}
 	if !present(o.Texts) {
@@ -269,13 +245,8 @@ func decodeClassify(body []byte, lim limits) ([]textInput, error) {
 			out[i], err = newTextInput(s, "", param, lim)
 		case '{':
 			var item textObject
-			if derr := decodeStrict(raw, &item); derr != nil {
-				var ae *apiError
-				if errors.As(derr, &ae) && ae.param != "" {
-					ae.param = param + "." + ae.param
-					ae.message = param + "." + ae.message
-				}
-				return nil, derr
+			if err := objectFields(raw, param+".", true, false, item.fields()); err != nil {
+				return nil, err
 			}
 			out[i], err = item.input(param+".", lim)
 		default:
@@ -297,13 +268,15 @@ type proxyInput struct {
 	context bool // the body has the non-standard top-level "context" field (stripped before forwarding)
 }
 
-// openAIFields are the fields routing reads; every other field passes through untouched.
+// openAIFields are the fields routing reads (and "model", which the gateway rewrites); every
+// other field passes through untouched.
 type openAIFields struct {
-	Messages json.RawMessage `json:"messages"`
-	Prompt   json.RawMessage `json:"prompt"`
-	Stream   json.RawMessage `json:"stream"`
-	User     json.RawMessage `json:"user"`
-	Context  json.RawMessage `json:"context"`
+	Messages, Prompt, Stream, User, Context, Model json.RawMessage
+}
+
+func (f *openAIFields) fields() map[string]*json.RawMessage {
+	return map[string]*json.RawMessage{"messages": &f.Messages, "prompt": &f.Prompt, "stream": &f.Stream,
+		"user": &f.User, "context": &f.Context, "model": &f.Model}
 }
 
 func (f openAIFields) common(p *proxyInput) (ctx string, err error) {
@@ -332,7 +305,7 @@ func decodeOpenAI(body []byte, p *proxyInput) (f openAIFields, ctx string, err e
 	if err = checkBody(body); err != nil {
 		return f, "", err
 	}
-	if err = decodeLoose(body, &f); err != nil {
+	if err = objectFields(body, "", false, true, f.fields()); err != nil {
 		return f, "", err
 	}
 	ctx, err = f.common(p)
@@ -373,12 +346,9 @@ func decodeChat(body []byte, lim limits) (proxyInput, error) {
 		if raw[0] != '{' {
 			return p, badRequest("invalid_type", param, "%s: must be an object, got %s", param, jsonKind(raw))
 		}
-		var m struct {
-			Role    json.RawMessage `json:"role"`
-			Content json.RawMessage `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return p, jsonError(err, param)
+		var m struct{ Role, Content json.RawMessage }
+		if err := objectFields(raw, param+".", false, false, map[string]*json.RawMessage{"role": &m.Role, "content": &m.Content}); err != nil {
+			return p, err
 		}
 		role, err := stringField(m.Role, param+".role")
 		if err != nil {
@@ -443,12 +413,9 @@ func contentParts(raw json.RawMessage, param string) ([]string, error) {
 		if item[0] != '{' {
 			return nil, badRequest("invalid_type", pp, "%s: must be a content part object, got %s", pp, jsonKind(item))
 		}
-		var part struct {
-			Type json.RawMessage `json:"type"`
-			Text json.RawMessage `json:"text"`
-		}
-		if err := json.Unmarshal(item, &part); err != nil {
-			return nil, jsonError(err, pp)
+		var part struct{ Type, Text json.RawMessage }
+		if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"type": &part.Type, "text": &part.Text}); err != nil {
+			return nil, err
 		}
 		typ, err := stringField(part.Type, pp+".type")
 		if err != nil {
