@@ -2,10 +2,15 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"syscall"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -99,7 +104,8 @@ func (e *upstreamStatusError) Error() string {
 //	upstream.ErrUpstreamTimeout, deadline      504
 //	router.ErrClosed, shutting down, no model  503 (context.Canceled: cut by shutdown)
 //	*router.UnclassifiableError                400 unclassifiable_text
-//	*upstream.UpstreamError                    502
+//	*upstream.UpstreamError                    502 naming pool, replica id and the kind of failure
+//	                                           (never the replica's address; logged in full)
 //	non-2xx execution of query-process         429 for 429 (Retry-After passed on), else 502
 //	*upstream.HeaderError                      400 invalid_header, param = the header's name
 //	upstream.ErrInvalidRequest                 400 (a request no replica could be sent)
@@ -133,6 +139,10 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 	case errors.Is(err, upstream.ErrNoHealthyReplica):
 		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_healthy_replica",
 			message: err.Error(), retryAfter: "1"}
+	case errors.As(err, &ue) && errors.Is(err, upstream.ErrUpstreamTimeout):
+		log.Warn("upstream timed out", "pool", ue.Pool, "replica", ue.Replica, "err", err)
+		return &apiError{status: http.StatusGatewayTimeout, typ: typeTimeout, code: "timeout",
+			message: fmt.Sprintf("upstream %s/%s: no response in time", ue.Pool, ue.Replica)}
 	case errors.Is(err, upstream.ErrUpstreamTimeout), errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, typ: typeTimeout, code: "timeout", message: err.Error()}
 	case errors.Is(err, router.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, context.Canceled):
@@ -144,7 +154,11 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_model",
 			message: err.Error()}
 	case errors.As(err, &ue):
-		return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_error", message: err.Error()}
+		// The transport's own text names the replica's URL; the client gets the pool, the
+		// replica id and the kind of failure, the log gets everything.
+		log.Warn("upstream failed", "pool", ue.Pool, "replica", ue.Replica, "err", err)
+		return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_error",
+			message: fmt.Sprintf("upstream %s/%s: %s", ue.Pool, ue.Replica, failureKind(ue.Err))}
 	case errors.As(err, &se):
 		if se.status == http.StatusTooManyRequests {
 			ra := se.retryAfter
@@ -171,6 +185,33 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 	log.Error("internal error", "err", err)
 	return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "internal_error",
 		message: "internal error"}
+}
+
+// failureKind names an upstream failure without the details that carry addresses.
+func failureKind(err error) string {
+	var tlsErr *tls.CertificateVerificationError
+	var recErr tls.RecordHeaderError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed before the response ended"
+	case errors.As(err, &tlsErr), errors.As(err, &recErr):
+		return "TLS handshake failed"
+	case errors.Is(err, context.DeadlineExceeded), os.IsTimeout(err):
+		return "timed out"
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "host not found"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return "could not connect"
+	}
+	return "the request failed"
 }
 
 // fiberError turns errors raised by fiber itself (no route, wrong method, body too large,

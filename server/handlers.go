@@ -82,7 +82,7 @@ func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput,
 		Routing:  upstream.Request{Prompt: prompt, InputTokens: len(prompt) / 4, Session: session},
 	})
 	if err != nil {
-		return "", err
+		return failedReplica(err), err
 	}
 	defer resp.Body.Close()
 	if resp.Status < 200 || resp.Status > 299 {
@@ -90,7 +90,7 @@ func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput,
 		return resp.ReplicaID, &upstreamStatusError{pool: pool.Name(), replica: resp.ReplicaID,
 			status: resp.Status, retryAfter: resp.Header.Get("Retry-After")}
 	}
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil { // broken mid-body: an *UpstreamError
 		return resp.ReplicaID, err
 	}
 	return resp.ReplicaID, nil

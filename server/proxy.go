@@ -102,6 +102,9 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		Routing:  upstream.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: in.user, Session: session},
 	})
 	if err != nil {
+		if id := failedReplica(err); id != "" {
+			c.Set(HeaderReplica, id)
+		}
 		return dl.err(err)
 	}
 	if in.stream {
@@ -129,6 +132,15 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	// response is written, when writing fails (client gone) and when the response is reset.
 	c.Response().SetBodyStream(st, -1)
 	return nil
+}
+
+// failedReplica names the replica an upstream error came from, or "".
+func failedReplica(err error) string {
+	var ue *upstream.UpstreamError
+	if errors.As(err, &ue) {
+		return ue.Replica
+	}
+	return ""
 }
 
 // skippedResponseHeaders are managed by fasthttp or by this gateway.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -211,4 +212,30 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 		resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"p=0.1"}`)
 		require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, string(body))
 	})
+}
+
+// Clients are told the pool and the replica id of a failed upstream and the kind of failure,
+// never the replica's address; the failed replica is named in x-router-replica, as on every
+// routed answer.
+func TestUpstreamErrorsNameIdsNotAddresses(t *testing.T) {
+	dead := func() string {
+		srv := httptest.NewServer(http.NotFoundHandler())
+		srv.Close()
+		return srv.URL
+	}
+	cfg := testConfig([]string{dead()}, []string{dead()})
+	cfg.Pools.Fast.Replicas[0].ID = "" // the default id must not be the URL either
+	_, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
+	for _, path := range []string{"/v1/chat/completions", "/v1/query-process"} {
+		body := `{"messages":[{"role":"user","content":"hi p=0.1"}]}`
+		if path == "/v1/query-process" {
+			body = `{"text":"hi p=0.1"}`
+		}
+		resp, b := postJSON(t, url+path, body)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, string(b))
+		require.NotContains(t, string(b), "127.0.0.1", "no address in the answer")
+		require.NotContains(t, string(b), "http://")
+		require.Equal(t, "upstream fast/fast-0: connection refused", apiErr(t, b).Message)
+		require.Equal(t, "fast-0", resp.Header.Get(HeaderReplica))
+	}
 }

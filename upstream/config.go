@@ -53,8 +53,9 @@ type ReplicaConfig struct {
 	// ("http://user:pass@host") become Basic auth unless Headers sets
 	// Authorization.
 	URL string `yaml:"url" json:"url"`
-	// ID names the replica in metrics, headers and the admin API. Empty means
-	// the URL (with any password redacted).
+	// ID names the replica in metrics, headers (x-router-replica), error
+	// messages and the admin API. Empty means "<pool name>-<index>" ("fast-0"):
+	// never the URL, so clients are not told internal addresses.
 	ID string `yaml:"id" json:"id"`
 	// Model overrides the pool's Model for this replica.
 	Model string `yaml:"model" json:"model"`
@@ -157,13 +158,12 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	seen := make(map[string]int, len(c.Replicas))
 	for i, r := range c.Replicas {
 		field := fmt.Sprintf("replicas[%d]", i)
-		u, err := parseReplicaURL(r.URL)
-		if err != nil {
+		if _, err := parseReplicaURL(r.URL); err != nil {
 			bad(field+".url", "%v", err)
 		}
-		id := r.ID
-		if id == "" && u != nil {
-			id = u.Redacted()
+		id := replicaID(c.Name, i, r)
+		if strings.ContainsAny(id, " \t\r\n") {
+			bad(field+".id", "must not contain whitespace, got %q", id)
 		}
 		if id != "" {
 			if j, dup := seen[id]; dup {
@@ -228,6 +228,14 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	}
 	errs = append(errs, c.Policy.ValidateAt(path+".policy"), c.Admission.ValidateAt(path+".admission"))
 	return errors.Join(errs...)
+}
+
+// replicaID is the replica's configured id, or "<pool>-<index>".
+func replicaID(pool string, index int, rc ReplicaConfig) string {
+	if rc.ID != "" {
+		return rc.ID
+	}
+	return fmt.Sprintf("%s-%d", pool, index)
 }
 
 // parseReplicaURL accepts an absolute http or https URL with a host and no

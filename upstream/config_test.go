@@ -48,7 +48,7 @@ func TestPoolConfigValidate(t *testing.T) {
 		{"url scheme", func(c *PoolConfig) { c.Replicas[0].URL = "ftp://h:1" }, []string{`replicas[0].url: invalid URL "ftp://h:1"`}},
 		{"url query", func(c *PoolConfig) { c.Replicas[0].URL = "http://h:1/?a=b" }, []string{`replicas[0].url`, "no query"}},
 		{"duplicate id", func(c *PoolConfig) { c.Replicas[0].ID = "b" }, []string{`replicas[1].id: duplicate replica id "b" (also replicas[0])`}},
-		{"duplicate default id", func(c *PoolConfig) { c.Replicas[1] = ReplicaConfig{URL: c.Replicas[0].URL} }, []string{`replicas[1].id: duplicate`}},
+		{"duplicate default id", func(c *PoolConfig) { c.Replicas[0].ID = ""; c.Replicas[1].ID = c.Name + "-0" }, []string{`replicas[1].id: duplicate`}},
 		{"negative weight", func(c *PoolConfig) { c.Replicas[0].Weight = -1 }, []string{"replicas[0].weight"}},
 		{"bad header", func(c *PoolConfig) { c.Replicas[0].Headers = map[string]string{"Bad Name": "v", "Ok": "a\nb"} },
 			[]string{`replicas[0].headers: header name "Bad Name" is not an RFC 9110 token`, `replicas[0].headers: header Ok: byte 0x0a at offset 1`}},

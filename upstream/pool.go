@@ -113,8 +113,8 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		p.owned = newTransport(cfg.Timeouts)
 		p.transport = p.owned
 	}
-	for _, rc := range cfg.Replicas {
-		r := newReplica(rc, cfg.Model)
+	for i, rc := range cfg.Replicas {
+		r := newReplica(replicaID(cfg.Name, i, rc), rc, cfg.Model)
 		r.metrics = m.forReplica(cfg.Name, r.id)
 		p.replicas = append(p.replicas, r)
 		p.byID[r.id] = r

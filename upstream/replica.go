@@ -85,17 +85,14 @@ type replica struct {
 	scrapeFailed bool // last scrape failed; logs only the transition
 }
 
-func newReplica(rc ReplicaConfig, poolModel string) *replica {
+func newReplica(id string, rc ReplicaConfig, poolModel string) *replica {
 	u, _ := parseReplicaURL(rc.URL) // validated by PoolConfig.Validate
 	r := &replica{
-		id:      rc.ID,
+		id:      id,
 		model:   rc.Model,
 		base:    u,
 		headers: make(map[string]string, len(rc.Headers)),
 		weight:  rc.Weight,
-	}
-	if r.id == "" {
-		r.id = u.Redacted()
 	}
 	if r.model == "" {
 		r.model = poolModel
