@@ -26,7 +26,7 @@ func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
-	session := strings.Clone(c.Get(HeaderSession))
+	session := routingKey(strings.Clone(c.Get(HeaderSession)))
 	dl := s.newDeadline()
 	defer dl.end()
 	r, err := s.route(dl.ctx, rq, in.input)

@@ -66,11 +66,12 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 			return err
 		}
 	}
-	session := c.Get(HeaderSession)
+	// Copied (fiber reuses request memory) and bounded in bytes (the policies keep them).
+	user := routingKey(in.user)
+	session := routingKey(strings.Clone(c.Get(HeaderSession)))
 	if session == "" {
-		session = in.user
+		session = user
 	}
-	session = strings.Clone(session)
 	header, err := forwardedHeader(c)
 	if err != nil {
 		return err
@@ -99,7 +100,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		Header:   header,
 		Body:     body,
 		SetModel: true,
-		Routing:  upstream.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: in.user, Session: session},
+		Routing:  upstream.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session},
 	})
 	if err != nil {
 		if id := failedReplica(err); id != "" {
