@@ -64,6 +64,12 @@ type ServerConfig struct {
 	// because an SSE stream may legitimately run for minutes; streams are bounded by the pools'
 	// stream_idle timeout instead.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// WriteStallTimeout bounds how long one write of a response to the client may block (its
+	// buffers full because it stopped reading). Past it the response is cut, the upstream
+	// request cancelled and a slow-path slot released; triage_client_write_stalls_total
+	// counts it. It bounds each write, not the stream: a stream may run for minutes while
+	// the client reads. 0 disables it. Default 20s.
+	WriteStallTimeout time.Duration `yaml:"write_stall_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long. Default 2m.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// QueryProcessMaxTokens is max_tokens of the small chat completion that
@@ -82,6 +88,7 @@ func DefaultServerConfig() ServerConfig {
 		ShutdownTimeout:       15 * time.Second,
 		ReadTimeout:           30 * time.Second,
 		WriteTimeout:          0,
+		WriteStallTimeout:     20 * time.Second,
 		IdleTimeout:           2 * time.Minute,
 		QueryProcessMaxTokens: 16,
 	}
@@ -124,6 +131,11 @@ func (c ServerConfig) ValidateAt(path string) error {
 	}
 	if c.WriteTimeout < 0 {
 		bad("write_timeout", "must be >= 0 (0 disables it), got %s", c.WriteTimeout)
+	}
+	if c.WriteStallTimeout < 0 {
+		bad("write_stall_timeout", "must be >= 0 (0 disables it), got %s", c.WriteStallTimeout)
+	} else if c.WriteTimeout > 0 && c.WriteStallTimeout > 0 {
+		bad("write_stall_timeout", "must be 0 when write_timeout is set (%s): fasthttp then sets the write deadline itself", c.WriteTimeout)
 	}
 	if c.QueryProcessMaxTokens < 1 || c.QueryProcessMaxTokens > 4096 {
 		bad("query_process_max_tokens", "must be in [1, 4096], got %d", c.QueryProcessMaxTokens)

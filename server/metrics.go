@@ -13,6 +13,7 @@ type metrics struct {
 	requests      *prometheus.CounterVec // endpoint, code
 	routerLatency prometheus.Histogram   // arrival → decision
 	inflight      prometheus.Gauge
+	writeStalls   prometheus.Counter
 }
 
 // newMetrics builds the server's metrics and registers them, with the Go and process
@@ -34,9 +35,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_inflight_requests",
 			Help: "Requests being handled, streaming responses included until their stream ends.",
 		}),
+		writeStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "triage_client_write_stalls_total",
+			Help: "Responses cut because one write to the client blocked longer than server.write_stall_timeout (a client that stopped reading).",
+		}),
 	}
 	all := []prometheus.Collector{
-		m.requests, m.routerLatency, m.inflight,
+		m.requests, m.routerLatency, m.inflight, m.writeStalls,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}

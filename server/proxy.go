@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/triage-gw/triage/upstream"
 )
@@ -120,6 +123,9 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		log:     s.log,
 		pool:    r.Pool.Name(),
 		replica: resp.ReplicaID,
+		conn:    c.Context().Conn(),
+		stall:   s.cfg.Server.WriteStallTimeout,
+		stalled: s.m.writeStalls,
 		done: func() {
 			r.Release()
 			dl.end()
@@ -175,15 +181,34 @@ type stream struct {
 	log           *slog.Logger
 	pool, replica string
 	done          func()
+	// conn is the client's connection and stall the longest one write to it may block
+	// (server.write_stall_timeout; 0: no bound). Each chunk handed to fasthttp arms the
+	// connection's write deadline, so a client that stops reading fails the next write
+	// once its buffers are full; fasthttp then closes the stream, which releases the slot
+	// and cancels the upstream request. stalled counts that.
+	conn    net.Conn
+	stall   time.Duration
+	stalled prometheus.Counter
 
-	once sync.Once
-	err  error // first read error other than EOF; read and written by fasthttp's goroutine only
+	once     sync.Once
+	err      error     // first read error other than EOF; read and written by fasthttp's goroutine only
+	eof      bool      // the upstream body was read to its end
+	deadline time.Time // the write deadline last armed
 }
 
 func (st *stream) Read(p []byte) (int, error) {
 	n, err := st.body.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) && st.err == nil {
+	switch {
+	case errors.Is(err, io.EOF):
+		st.eof = true
+	case err != nil && st.err == nil:
 		st.err = err
+	}
+	if n > 0 && st.stall > 0 && st.conn != nil {
+		// Arm the deadline for the write that follows, not while waiting on the replica: an
+		// expired deadline only fails a write, and the next Read arms a fresh one first.
+		st.deadline = time.Now().Add(st.stall)
+		_ = st.conn.SetWriteDeadline(st.deadline)
 	}
 	return n, err
 }
@@ -192,6 +217,16 @@ func (st *stream) Close() error {
 	var err error
 	st.once.Do(func() {
 		err = st.body.Close()
+		if st.stall > 0 && st.conn != nil {
+			if !st.eof && st.err == nil && !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+				st.stalled.Inc()
+				st.log.Warn("client stopped reading; response cut", "pool", st.pool, "replica", st.replica,
+					"write_stall_timeout", st.stall.String())
+			}
+			// fasthttp does not clear a deadline it did not set: the next response on this
+			// keep-alive connection must not inherit ours (TestStallDeadlineDoesNotOutliveItsStream).
+			_ = st.conn.SetWriteDeadline(time.Time{})
+		}
 		if st.err != nil {
 			st.log.Warn("upstream stream broke off", "pool", st.pool, "replica", st.replica, "err", st.err)
 		}

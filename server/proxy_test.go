@@ -3,7 +3,9 @@ package server
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -237,5 +239,74 @@ func TestUpstreamErrorsNameIdsNotAddresses(t *testing.T) {
 		require.NotContains(t, string(b), "http://")
 		require.Equal(t, "upstream fast/fast-0: connection refused", apiErr(t, b).Message)
 		require.Equal(t, "fast-0", resp.Header.Get(HeaderReplica))
+	}
+}
+
+// A client that opens a stream and stops reading no longer pins its slow-path slot: once its
+// buffers are full, the next write blocks for write_stall_timeout and the response is cut,
+// the upstream request cancelled and the slot released. Before, the slot and the upstream
+// stream were held for as long as the replica kept producing.
+func TestClientThatStopsReadingReleasesItsSlot(t *testing.T) {
+	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+		c.Server.WriteStallTimeout = 300 * time.Millisecond
+	})
+	upstreamGone := make(chan struct{})
+	ts.slow.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		defer close(upstreamGone)
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := "data: " + strings.Repeat("x", 32<<10) + "\n\n"
+		for {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			default:
+			}
+		}
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4096))
+	body := `{"stream":true,"messages":[{"role":"user","content":"an epic p=0.9"}]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Read nothing.
+	eventually(t, func() bool { return ts.router.State().SlowActive == 1 }, "the stream holds a slow slot")
+	select {
+	case <-upstreamGone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream stream was not cancelled")
+	}
+	eventually(t, func() bool { return ts.router.State().SlowActive == 0 && ts.active.count() == 0 }, "slot and request released")
+	_, metrics := do(t, http.MethodGet, ts.url+"/metrics", "", nil)
+	require.Contains(t, string(metrics), "triage_client_write_stalls_total 1")
+}
+
+// The write deadline a stream arms is cleared when it ends: the next response on the same
+// keep-alive connection, after the stall bound has long passed, is written normally.
+func TestStallDeadlineDoesNotOutliveItsStream(t *testing.T) {
+	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+		c.Server.WriteStallTimeout = 100 * time.Millisecond
+	})
+	ts.fast.onGenerate = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {}\n\ndata: [DONE]\n\n")
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	body := `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for i := range 2 {
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err, "request %d on one connection", i)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Contains(t, string(b), "[DONE]")
+		time.Sleep(300 * time.Millisecond) // let a leaked deadline expire before the next write
 	}
 }
