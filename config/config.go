@@ -315,7 +315,24 @@ func (c Config) Validate() error {
 		c.Fleet.ValidateAt("fleet"),
 		c.Admin.ValidateAt("admin"),
 		c.Log.ValidateAt("log"),
+		c.crossChecks(),
 	)
+}
+
+// crossChecks reports combinations of settings from different sections that cannot work.
+func (c Config) crossChecks() error {
+	var errs []error
+	for _, p := range []struct {
+		path string
+		pc   upstream.PoolConfig
+	}{{"pools.fast", c.Pools.Fast}, {"pools.slow", c.Pools.Slow}} {
+		if fb := p.pc.Timeouts.FirstByte.Std(); fb > 0 && c.Server.RequestTimeout > 0 && fb >= c.Server.RequestTimeout {
+			errs = append(errs, fmt.Errorf("%s.timeouts.first_byte: must be below server.request_timeout (%s), got %s: "+
+				"otherwise the request times out first and a replica that never answers is never ejected",
+				p.path, c.Server.RequestTimeout, fb))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Router returns the request pipeline's sections (cache, batcher, decision).

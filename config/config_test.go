@@ -280,7 +280,7 @@ func TestEnvVarsAreUniqueAndDocumented(t *testing.T) {
 		defaults[v.Name] = v.Default
 	}
 	require.Equal(t, "50ms", defaults["TRIAGE_BATCHER_MAX_WAIT"])
-	require.Equal(t, "1m0s", defaults["TRIAGE_POOLS_SLOW_TIMEOUTS_FIRST_BYTE"])
+	require.Equal(t, "20s", defaults["TRIAGE_POOLS_SLOW_TIMEOUTS_FIRST_BYTE"])
 	require.Equal(t, "0.45", defaults["TRIAGE_DECISION_ALPHA"])
 
 	// Every variable round-trips its own default.

@@ -205,6 +205,7 @@ func testConfig(fast, slow []string) config.Config {
 	}{{&cfg.Pools.Fast, fast}, {&cfg.Pools.Slow, slow}} {
 		p.pc.HealthCheck.Interval = 0
 		p.pc.ScrapeInterval = 0
+		p.pc.Timeouts.FirstByte = upstream.Duration(5 * time.Second) // below the request timeout
 		p.pc.Model = "model-" + p.pc.Name
 		for i, u := range p.urls {
 			p.pc.Replicas = append(p.pc.Replicas, upstream.ReplicaConfig{URL: u, ID: p.pc.Name + "-" + strconv.Itoa(i)})

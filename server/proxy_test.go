@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
@@ -196,10 +198,19 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 		require.Equal(t, "upstream_error", *apiErr(t, body).Code)
 	})
 	t.Run("request timeout is 504", func(t *testing.T) {
-		g := newGate()
-		defer g.release()
-		ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.RequestTimeout = 200 * time.Millisecond })
-		ts.fast.onGenerate = func(_ http.ResponseWriter, r *http.Request, _ []byte) { g.wait(r) }
+		// The first-byte timeout must be shorter than the request timeout (config), so the
+		// request timeout is met here while the request waits for its classification.
+		ts := startServer(t, func(c *config.Config, _ *testOptions) {
+			c.Server.RequestTimeout = 200 * time.Millisecond
+			c.Pools.Fast.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
+			c.Pools.Slow.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
+		})
+		unblock := make(chan struct{})
+		defer close(unblock)
+		ts.model.classify = func(ctx context.Context, texts []string) ([]classifier.Result, error) {
+			<-unblock // the startup probe has run; this holds the request's classification
+			return scoreTexts(texts), nil
+		}
 		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
 		require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, string(body))
 		require.Contains(t, apiErr(t, body).Message, "server.request_timeout")
@@ -309,4 +320,54 @@ func TestStallDeadlineDoesNotOutliveItsStream(t *testing.T) {
 		require.Contains(t, string(b), "[DONE]")
 		time.Sleep(300 * time.Millisecond) // let a leaked deadline expire before the next write
 	}
+}
+
+// A replica that accepts and never answers is caught by the per-attempt first-byte timeout
+// (which the config now requires to be shorter than the request timeout), answered 504 with
+// x-router-replica, counted against it, and ejected; the rest of the traffic goes on to the
+// healthy replica. Before, the request timeout always fired first, the hung replica was never
+// marked, and every request sent to it waited the full request timeout.
+func TestHungReplicaIsEjected(t *testing.T) {
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			return
+		}
+		io.Copy(io.Discard, r.Body) // net/http notices the client leaving only after the body is read
+		<-r.Context().Done()
+	}))
+	t.Cleanup(hung.Close)
+	ok := newFakeUpstream(t)
+	cfg := testConfig([]string{hung.URL, ok.srv.URL}, []string{newFakeUpstream(t).srv.URL})
+	cfg.Server.RequestTimeout = 5 * time.Second
+	cfg.Pools.Fast.Timeouts.FirstByte = upstream.Duration(200 * time.Millisecond)
+	cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Second)
+	cfg.Pools.Fast.PassiveEjection.ConsecutiveFailures = 2
+	s, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
+
+	timeouts := 0
+	for range 12 {
+		start := time.Now()
+		resp, body := postJSON(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi p=0.1"}]}`)
+		switch resp.StatusCode {
+		case http.StatusOK:
+			require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
+		case http.StatusGatewayTimeout:
+			timeouts++
+			require.Equal(t, "fast-0", resp.Header.Get(HeaderReplica), "a 504 names its replica")
+			require.Less(t, time.Since(start), 2*time.Second, "the first-byte timeout, not the request timeout")
+			require.Equal(t, "upstream fast/fast-0: no response in time", apiErr(t, body).Message)
+		default:
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	require.Equal(t, 2, timeouts, "two timeouts eject it; nothing more is sent there")
+	require.Equal(t, upstream.StateEjected, s.fast.Replicas()[0].State)
+}
+
+func TestFirstByteMustBeShorterThanTheRequestTimeout(t *testing.T) {
+	cfg := testConfig([]string{"http://127.0.0.1:1"}, []string{"http://127.0.0.1:2"})
+	cfg.Server.RequestTimeout = 30 * time.Second
+	cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Minute)
+	err := cfg.Validate()
+	require.ErrorContains(t, err, "pools.slow.timeouts.first_byte: must be below server.request_timeout (30s), got 1m0s")
 }

@@ -22,6 +22,7 @@ type responseBody struct {
 	idle   time.Duration
 	timer  *time.Timer // armed only while a Read waits on the replica
 	status int
+	busy   bool // the answer said the replica is busy (429, 503 with Retry-After)
 
 	mu       sync.Mutex
 	eof      bool
@@ -41,6 +42,7 @@ func newResponseBody(a *attempt) *responseBody {
 		rc:       a.resp.Body,
 		idle:     a.p.cfg.Timeouts.StreamIdle.Std(),
 		status:   a.resp.StatusCode,
+		busy:     busy(a.resp.StatusCode, a.resp.Header),
 		override: -1,
 	}
 	b.tokens.init(a.resp.Header.Get("Content-Type"))
@@ -106,6 +108,8 @@ func (b *responseBody) Close() error {
 	switch {
 	case b.failed:
 		o = b.fail
+	case b.busy:
+		o = outcomeBusy
 	case b.status >= 500:
 		o = outcomeErrorStatus
 	case !b.eof:

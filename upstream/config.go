@@ -90,14 +90,22 @@ type HealthCheckConfig struct {
 // PassiveEjectionConfig ejects a replica after real requests fail.
 type PassiveEjectionConfig struct {
 	// ConsecutiveFailures in a row (connect error, failure before the first
-	// response byte, first-byte or stream-idle timeout, mid-stream error or a
-	// 5xx status) eject the replica for Cooldown. After the cooldown the
+	// response byte, first-byte or stream-idle timeout, mid-stream error, a
+	// 5xx status other than a busy 503 with Retry-After, or an answer slower
+	// than SlowFirstByte) eject the replica for Cooldown. A busy answer (429,
+	// or 503 with Retry-After) and the caller's own faults never count. After the cooldown the
 	// replica is on probation: one more failure ejects it again at once, one
 	// success clears the count. 0 disables passive ejection. Default 3.
 	ConsecutiveFailures int `yaml:"consecutive_failures" json:"consecutive_failures"`
 	// Cooldown is how long an ejected replica receives no requests.
 	// Default 10s.
 	Cooldown Duration `yaml:"cooldown" json:"cooldown"`
+	// SlowFirstByte, when > 0, counts an answer whose headers arrived later
+	// than this as a failure toward ejection (the answer itself is still
+	// delivered), so a replica that is slow without timing out is seen. A
+	// busy answer (429, or 503 with Retry-After) never counts. 0 (the default)
+	// leaves slowness to timeouts.first_byte.
+	SlowFirstByte Duration `yaml:"slow_first_byte" json:"slow_first_byte"`
 }
 
 // TimeoutsConfig bounds one upstream attempt.
@@ -105,7 +113,9 @@ type TimeoutsConfig struct {
 	// Connect bounds dialing (and the TLS handshake). Default 2s.
 	Connect Duration `yaml:"connect" json:"connect"`
 	// FirstByte bounds the wait from sending the request to receiving the
-	// response headers. Default 60s.
+	// response headers. A replica that passes it counts as failed (passive
+	// ejection); it must be shorter than server.request_timeout, or that fires
+	// first and a replica that never answers is never seen. Default 20s.
 	FirstByte Duration `yaml:"first_byte" json:"first_byte"`
 	// StreamIdle bounds each wait for more response body bytes. Default 60s.
 	StreamIdle Duration `yaml:"stream_idle" json:"stream_idle"`
@@ -131,7 +141,7 @@ func DefaultPoolConfig() PoolConfig {
 		ScrapeInterval: Duration(2 * time.Second),
 		Timeouts: TimeoutsConfig{
 			Connect:    Duration(2 * time.Second),
-			FirstByte:  Duration(60 * time.Second),
+			FirstByte:  Duration(20 * time.Second),
 			StreamIdle: Duration(60 * time.Second),
 		},
 	}
@@ -209,6 +219,11 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	}
 	if pe.ConsecutiveFailures > 0 && pe.Cooldown <= 0 {
 		bad("passive_ejection.cooldown", "must be > 0, got %s", pe.Cooldown)
+	}
+	if pe.SlowFirstByte < 0 {
+		bad("passive_ejection.slow_first_byte", "must be >= 0 (0 disables it), got %s", pe.SlowFirstByte)
+	} else if pe.SlowFirstByte > 0 && c.Timeouts.FirstByte > 0 && pe.SlowFirstByte >= c.Timeouts.FirstByte {
+		bad("passive_ejection.slow_first_byte", "must be below timeouts.first_byte (%s), got %s", c.Timeouts.FirstByte, pe.SlowFirstByte)
 	}
 
 	if c.ScrapeInterval < 0 {

@@ -27,7 +27,7 @@ func TestDefaultPoolConfig(t *testing.T) {
 	require.Equal(t, 10*time.Second, cfg.PassiveEjection.Cooldown.Std())
 	require.Equal(t, 2*time.Second, cfg.ScrapeInterval.Std())
 	require.Equal(t, 2*time.Second, cfg.Timeouts.Connect.Std())
-	require.Equal(t, 60*time.Second, cfg.Timeouts.FirstByte.Std())
+	require.Equal(t, 20*time.Second, cfg.Timeouts.FirstByte.Std())
 	require.Equal(t, 60*time.Second, cfg.Timeouts.StreamIdle.Std())
 	require.Zero(t, cfg.MaxInFlightPerReplica)
 

@@ -110,12 +110,13 @@ func (r *Response) SetOutputTokens(n int) {
 // Steps: admission (ErrRejected), pick among available replicas below their
 // in-flight cap (ErrNoHealthyReplica when none), send. An attempt that fails
 // before any response byte, with a connection error (refused, reset or
-// closed before headers) or with status 502 or 503, is retried once on
+// closed before headers) or with status 502, 503 or 429, is retried once on
 // another replica while ctx is alive; if no other replica is available the
-// first attempt's result stands (a 502/503 response is then returned as a
+// first attempt's result stands (a 502/503/429 response is then returned as a
 // response). Nothing is retried after response headers arrive, nor after a
 // first-byte timeout (the replica may be working; a second wait would double
-// the client's), nor on 500 or 504.
+// the client's), nor on 500 or 504. A 429, or a 503 with Retry-After, means
+// the replica is busy: it never counts toward ejection.
 //
 // Errors: ErrRejected and ErrNoHealthyReplica (wrapped), ErrInvalidBody
 // when SetModel is set and Body is not a JSON object, ErrInvalidRequest
@@ -234,7 +235,7 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 	case err == nil:
 		a.resp = resp
 		r.metrics.ttfb.Observe(a.ttfb.Seconds())
-		p.observe(r, resp.StatusCode < 500)
+		p.observeResponse(r, resp, a.ttfb)
 	case ctx.Err() != nil:
 		a.err = fmt.Errorf("pool %s: %w", p.cfg.Name, ctx.Err())
 		a.fail = outcomeCanceled
@@ -252,12 +253,42 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 	return a
 }
 
-// retryable: failed before the first byte in a way another replica may not.
+// retryable: failed before the first byte in a way another replica may not, or answered
+// that it is busy.
 func (a *attempt) retryable() bool {
 	if a.resp != nil {
-		return a.resp.StatusCode == http.StatusBadGateway || a.resp.StatusCode == http.StatusServiceUnavailable
+		switch a.resp.StatusCode {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests:
+			return true
+		}
+		return false
 	}
 	return a.retry
+}
+
+// busy reports an answer that says the replica is full rather than broken: 429, or 503 with
+// Retry-After. It is retried on another replica and never counts toward ejection, so a pool
+// does not lose its replicas exactly when it needs them.
+func busy(status int, h http.Header) bool {
+	return status == http.StatusTooManyRequests ||
+		(status == http.StatusServiceUnavailable && h.Get("Retry-After") != "")
+}
+
+// observeResponse folds an answer into passive health: busy is neither a failure nor a
+// success; any other 5xx is a failure, and so is an answer whose headers came later than
+// passive_ejection.slow_first_byte (when set), so a replica that is slow without timing out
+// is seen too.
+func (p *Pool) observeResponse(r *replica, resp *http.Response, ttfb time.Duration) {
+	slow := p.cfg.PassiveEjection.SlowFirstByte.Std()
+	switch {
+	case busy(resp.StatusCode, resp.Header):
+	case resp.StatusCode >= 500:
+		p.observe(r, false)
+	case slow > 0 && ttfb > slow:
+		p.observe(r, false)
+	default:
+		p.observe(r, true)
+	}
 }
 
 func (a *attempt) reason() string {

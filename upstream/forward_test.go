@@ -540,3 +540,93 @@ func TestUpstreamErrorWraps(t *testing.T) {
 	require.ErrorIs(t, err, cause)
 	require.Equal(t, "upstream slow/a: connection reset", err.Error())
 }
+
+// A replica that answers "busy" (429, or 503 with Retry-After) is passed over for another,
+// and never ejected for it: overload is not failure. A 503 without Retry-After still counts.
+func TestBusyAnswersAreRetriedAndNeverEject(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		header string
+		eject  bool
+	}{
+		{"429", http.StatusTooManyRequests, "", false},
+		{"503 with Retry-After", http.StatusServiceUnavailable, "1", false},
+		{"503 without Retry-After", http.StatusServiceUnavailable, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var busyHits atomic.Int64
+			busySrv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+				busyHits.Add(1)
+				if tc.header != "" {
+					w.Header().Set("Retry-After", tc.header)
+				}
+				w.WriteHeader(tc.status)
+			})
+			okSrv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{}`) })
+			cfg := testConfig(busySrv.URL, okSrv.URL)
+			cfg.PassiveEjection.ConsecutiveFailures = 1
+			f := newFixture(t, cfg, &stubPicker{pick: func(*Request, []Candidate) int { return 0 }}, nil)
+			for range 5 {
+				resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", Body: []byte(`{}`)})
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, resp.Status, "answered by the other replica")
+				require.Equal(t, "r1", resp.ReplicaID)
+				require.True(t, resp.Retried)
+				resp.Body.Close()
+				if tc.eject {
+					break
+				}
+			}
+			st := f.pool.Replicas()
+			if tc.eject {
+				require.Equal(t, StateEjected, st[0].State, "a plain 503 is a failure")
+				return
+			}
+			require.Equal(t, StateHealthy, st[0].State, "busy is not broken")
+			require.EqualValues(t, 5, busyHits.Load())
+			require.Zero(t, f.metric(t, "triage_upstream_ejections_total", map[string]string{"replica": "r0"}))
+		})
+	}
+}
+
+// When every replica is busy the busy answer stands, passed to the caller, and still ejects
+// nobody.
+func TestBusyAnswerStandsWhenNoOtherReplica(t *testing.T) {
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	cfg := testConfig(srv.URL)
+	cfg.PassiveEjection.ConsecutiveFailures = 1
+	f := newFixture(t, cfg, NewLeastRequest(), nil)
+	for range 3 {
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", Body: []byte(`{}`)})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusTooManyRequests, resp.Status)
+		require.Equal(t, "2", resp.Header.Get("Retry-After"))
+		resp.Body.Close()
+	}
+	require.True(t, f.pool.Healthy())
+	require.Equal(t, 3.0, f.outcomes(t, "r0", "busy"))
+}
+
+// passive_ejection.slow_first_byte lets passive health see a replica that answers, but late:
+// its answers are delivered and count as failures until it is ejected.
+func TestSlowFirstByteCountsTowardEjection(t *testing.T) {
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(60 * time.Millisecond) // a slow replica: answers, but after slow_first_byte
+		io.WriteString(w, `{}`)
+	})
+	cfg := testConfig(srv.URL)
+	cfg.PassiveEjection.ConsecutiveFailures = 2
+	cfg.PassiveEjection.SlowFirstByte = Duration(20 * time.Millisecond)
+	f := newFixture(t, cfg, NewLeastRequest(), nil)
+	for i := range 2 {
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", Body: []byte(`{}`)})
+		require.NoError(t, err, "attempt %d", i)
+		require.Equal(t, http.StatusOK, resp.Status, "the slow answer is still delivered")
+		resp.Body.Close()
+	}
+	require.Equal(t, StateEjected, f.pool.Replicas()[0].State)
+}

@@ -32,6 +32,9 @@ const (
 	// outcomeInvalidRequest: the request could not be built for this
 	// replica; the caller's fault, never counted against the replica.
 	outcomeInvalidRequest
+	// outcomeBusy: the replica answered that it is full (429, or 503 with
+	// Retry-After) and no retry followed; never counted against it.
+	outcomeBusy
 	numOutcomes
 )
 
@@ -44,6 +47,7 @@ var outcomeNames = [numOutcomes]string{
 	outcomeRetried:        "retried",
 	outcomeStreamError:    "stream_error",
 	outcomeInvalidRequest: "invalid_request",
+	outcomeBusy:           "busy",
 }
 
 func (o outcome) String() string { return outcomeNames[o] }

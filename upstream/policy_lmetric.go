@@ -249,11 +249,14 @@ func (p *LMetric) affinity(req *Request, cands []Candidate, keys []lmetricKey, s
 }
 
 // Done implements Finisher: the request's new prefill stops counting as
-// pending on its replica. Unknown or repeated requests are ignored.
-func (p *LMetric) Done(req *Request, _ string, _ int) {
+// pending on its replica. Unknown or repeated requests are ignored, and so is
+// the Done of an attempt on a replica the request is no longer charged to: a
+// retry re-picks (moving the charge) before the failed attempt is discarded,
+// and that discard must not remove the new attempt's charge.
+func (p *LMetric) Done(req *Request, replicaID string, _ int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.inflight[req]; ok {
+	if c, ok := p.inflight[req]; ok && c.replica == replicaID {
 		delete(p.inflight, req)
 		p.release(c)
 	}

@@ -56,8 +56,11 @@ func TestLMetricScore(t *testing.T) {
 	require.Equal(t, 1, p.Pick(req4, cands(5, 1)))
 	require.Equal(t, map[string]float64{"r0": 200, "r1": 120}, traceScores(t, p))
 
-	for _, r := range []*Request{req2, req3, req4, req4} { // a repeated Done is ignored
-		p.Done(r, "", 0)
+	for _, d := range []struct {
+		req *Request
+		id  string
+	}{{req2, "r0"}, {req3, "r0"}, {req4, "r1"}, {req4, "r1"}} { // a repeated Done is ignored
+		p.Done(d.req, d.id, 0)
 	}
 	require.Empty(t, p.pending)
 	require.Empty(t, p.inflight)
@@ -101,6 +104,19 @@ func TestLMetricRetryReplacesCharge(t *testing.T) {
 	p.Pick(req, cands(0, 5)) // r0
 	p.Pick(req, cands(5, 0)) // retried on r1
 	require.Equal(t, map[string]int64{"r1": 30}, p.pending)
+	p.Done(req, "r1", 1)
+	require.Empty(t, p.pending)
+}
+
+// The pool re-picks a retried request before it discards the failed attempt, whose Done then
+// names the first replica: it must leave the new attempt's charge alone.
+func TestLMetricDiscardAfterRetryKeepsTheNewCharge(t *testing.T) {
+	p := newTestLMetric(t, LMetricPlain)
+	req := &Request{Prompt: "abcd", InputTokens: 30}
+	p.Pick(req, cands(0, 5)) // r0
+	p.Pick(req, cands(5, 0)) // retried on r1
+	p.Done(req, "r0", 0)     // the first attempt is discarded
+	require.Equal(t, map[string]int64{"r1": 30}, p.pending, "the retry's prefill is still pending on r1")
 	p.Done(req, "r1", 1)
 	require.Empty(t, p.pending)
 }
