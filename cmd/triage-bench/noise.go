@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"time"
+
+	"github.com/triage-gw/triage/bench/stats"
 )
 
 // noiseProbe measures how late this process's timers fire while a
@@ -15,7 +17,7 @@ type noiseProbe struct {
 
 // startNoiseProbe wakes every 10 ms until ctx ends; stop returns the
 // summary of how late each wake-up was.
-func startNoiseProbe(ctx context.Context) (stop func() Summary) {
+func startNoiseProbe(ctx context.Context) (stop func() stats.Summary) {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &noiseProbe{done: make(chan struct{})}
 	const every = 10 * time.Millisecond
@@ -33,9 +35,9 @@ func startNoiseProbe(ctx context.Context) (stop func() Summary) {
 			}
 		}
 	}()
-	return func() Summary {
+	return func() stats.Summary {
 		cancel()
 		<-p.done
-		return Summarize(p.late)
+		return stats.Summarize(p.late)
 	}
 }

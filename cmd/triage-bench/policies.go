@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -195,13 +196,13 @@ func policyConfig(name string, seed uint64) (upstream.PolicyConfig, error) {
 
 // PolicyResult is one policy's outcome.
 type PolicyResult struct {
-	Policy   string  `json:"policy"`
-	Requests int     `json:"requests"`
-	OK       int     `json:"ok"`
-	Errors   int     `json:"errors"`
-	Held     int     `json:"held"` // turns sent late because the previous turn was still running
-	TTFT     Summary `json:"ttft"`
-	E2E      Summary `json:"e2e"`
+	Policy   string        `json:"policy"`
+	Requests int           `json:"requests"`
+	OK       int           `json:"ok"`
+	Errors   int           `json:"errors"`
+	Held     int           `json:"held"` // turns sent late because the previous turn was still running
+	TTFT     stats.Summary `json:"ttft"`
+	E2E      stats.Summary `json:"e2e"`
 	// HitRate is prefix-cache hit tokens / looked-up prompt tokens, summed
 	// over the replicas (their own counters).
 	HitRate       float64 `json:"prefix_hit_rate"`
@@ -212,8 +213,8 @@ type PolicyResult struct {
 	Wall          float64 `json:"wall_s"`
 	// TimerLate is how late a 10 ms timer fired during the replay: the
 	// machine's scheduling noise, which stretches every latency here.
-	TimerLate   Summary `json:"timer_late"`
-	ErrorSample string  `json:"error_sample,omitempty"`
+	TimerLate   stats.Summary `json:"timer_late"`
+	ErrorSample string        `json:"error_sample,omitempty"`
 }
 
 // requestResult is one replayed request.
@@ -376,7 +377,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		ttft = append(ttft, r.timing.TTFT)
 		e2e = append(e2e, r.timing.E2E)
 	}
-	res.TTFT, res.E2E = Summarize(ttft), Summarize(e2e)
+	res.TTFT, res.E2E = stats.Summarize(ttft), stats.Summarize(e2e)
 	var q, h int64
 	for _, s := range servers {
 		st := s.Stats()
@@ -391,7 +392,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	for i, n := range res.PerReplica {
 		load[i] = float64(n)
 	}
-	res.LoadMaxMean, res.Jain = MaxOverMean(load), JainIndex(load)
+	res.LoadMaxMean, res.Jain = stats.MaxOverMean(load), stats.JainIndex(load)
 
 	cancel()
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -83,14 +84,14 @@ func streamChat(ctx context.Context, c *http.Client, url string, body []byte) (S
 
 // proxyLevel is one client count's result.
 type proxyLevel struct {
-	Clients   int     `json:"clients"`
-	Direct    Summary `json:"direct_ttft"`
-	Gateway   Summary `json:"gateway_ttft"`
-	AddedP50  float64 `json:"added_p50_ms"`
-	AddedP99  float64 `json:"added_p99_ms"`
-	CacheHits int     `json:"gateway_cache_hits"`
-	Failed    int     `json:"failed"`
-	FirstErr  string  `json:"first_error,omitempty"`
+	Clients   int           `json:"clients"`
+	Direct    stats.Summary `json:"direct_ttft"`
+	Gateway   stats.Summary `json:"gateway_ttft"`
+	AddedP50  float64       `json:"added_p50_ms"`
+	AddedP99  float64       `json:"added_p99_ms"`
+	CacheHits int           `json:"gateway_cache_hits"`
+	Failed    int           `json:"failed"`
+	FirstErr  string        `json:"first_error,omitempty"`
 }
 
 func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
@@ -171,7 +172,7 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 			return s
 		})
 		c.CloseIdleConnections()
-		lv := proxyLevel{Clients: n, Direct: Summarize(ttft[0]), Gateway: Summarize(ttft[1]), CacheHits: hits, Failed: fail, FirstErr: firstErr}
+		lv := proxyLevel{Clients: n, Direct: stats.Summarize(ttft[0]), Gateway: stats.Summarize(ttft[1]), CacheHits: hits, Failed: fail, FirstErr: firstErr}
 		lv.AddedP50 = lv.Gateway.P50 - lv.Direct.P50
 		lv.AddedP99 = lv.Gateway.P99 - lv.Direct.P99
 		levels = append(levels, lv)
@@ -193,7 +194,7 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 	for _, lv := range levels {
 		for _, p := range []struct {
 			name string
-			s    Summary
+			s    stats.Summary
 		}{{"direct", lv.Direct}, {"gateway", lv.Gateway}} {
 			fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s | %s |\n", lv.Clients, p.name, p.s.N, ms(p.s.P50), ms(p.s.P90), ms(p.s.P99), ms(p.s.Max))
 		}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/triage-gw/triage/bench/stats"
 )
 
 // classifyAnswer is the part of a /v1/classify answer the scenarios read.
@@ -89,7 +91,7 @@ func (d batcherDelta) meanBatch() float64 {
 	return d.Texts / d.Batches
 }
 
-func p50p99(s Summary) string { return ms(s.P50) + " / " + ms(s.P99) }
+func p50p99(s stats.Summary) string { return ms(s.P50) + " / " + ms(s.P99) }
 
 // scenarioSeqMiss: one client, one distinct text after another.
 func scenarioSeqMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
@@ -112,9 +114,9 @@ func scenarioSeqMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 		return res, fmt.Errorf("no successful request: %s", firstError(ss))
 	}
 	bd := deltaBatcher(m0, m1)
-	lat := Summarize(t.Latency)
-	router := SummarizeFloats(t.RouterMs)
-	tokens := SummarizeFloats(t.Tokens)
+	lat := stats.Summarize(t.Latency)
+	router := stats.SummarizeFloats(t.RouterMs)
+	tokens := stats.SummarizeFloats(t.Tokens)
 	infer := bd.meanInferenceMs()
 	bound := infer + 2
 
@@ -182,8 +184,8 @@ func scenarioConcMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	}
 	rate := float64(t.OK) / wall.Seconds()
 	env.missCapacity = rate
-	lat := Summarize(t.Latency)
-	tokens := SummarizeFloats(slices.Clone(t.Tokens))
+	lat := stats.Summarize(t.Latency)
+	tokens := stats.SummarizeFloats(slices.Clone(t.Tokens))
 	var sumTok float64
 	for _, x := range t.Tokens {
 		sumTok += x
@@ -260,7 +262,7 @@ func scenarioConcHit(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	if len(gok) == 0 {
 		return res, fmt.Errorf("no successful request: %s", firstError(gss))
 	}
-	g, h := Summarize(gok), Summarize(hok)
+	g, h := stats.Summarize(gok), stats.Summarize(hok)
 	grate, hrate := float64(len(gok))/gwall.Seconds(), float64(len(hok))/hwall.Seconds()
 	res.Summary = []Metric{
 		{Name: "req/s", Value: fmt.Sprintf("%.0f", grate), Target: fmt.Sprintf("bare net/http %.0f req/s (gateway %.0f%% of it); seed 003: 63.8 req/s at 100 clients", hrate, 100*grate/hrate)},
@@ -375,8 +377,8 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	}
 
 	counts := statusCounts(ol.Samples)
-	okLat := Summarize(latencies(ol.Samples, isOK))
-	rejLat := Summarize(latencies(ol.Samples, func(s Sample) bool { return s.Status == http.StatusTooManyRequests }))
+	okLat := stats.Summarize(latencies(ol.Samples, isOK))
+	rejLat := stats.Summarize(latencies(ol.Samples, func(s Sample) bool { return s.Status == http.StatusTooManyRequests }))
 	sentRate := float64(len(ol.Samples)) / ol.Sent.Seconds()
 	okRate := float64(okLat.N) / ol.Wall.Seconds()
 	mib := func(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
@@ -548,7 +550,7 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 		}
 		return act, thr
 	}
-	lat := Summarize(okLat)
+	lat := stats.Summarize(okLat)
 	okN := len(okLat)
 	totalShare := func(reason string) float64 { return 100 * float64(total[reason]) / float64(okN) }
 	peak := 0.0

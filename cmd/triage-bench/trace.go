@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -302,14 +303,14 @@ func PoissonArrivals(rng *rand.Rand, rate float64, window time.Duration, limit i
 
 // TraceStats describes a trace's shape for the report header.
 type TraceStats struct {
-	Requests       int     `json:"requests"`
-	Sessions       int     `json:"sessions"`
-	HeavySessions  int     `json:"heavy_sessions"`
-	HeavyRequests  int     `json:"heavy_requests"`
-	InputTokens    Summary `json:"input_tokens"` // "ms" fields hold tokens here
-	DistinctBlocks int     `json:"distinct_blocks"`
-	BlockChars     int     `json:"block_chars"`
-	Span           float64 `json:"span_s"`
+	Requests       int           `json:"requests"`
+	Sessions       int           `json:"sessions"`
+	HeavySessions  int           `json:"heavy_sessions"`
+	HeavyRequests  int           `json:"heavy_requests"`
+	InputTokens    stats.Summary `json:"input_tokens"` // "ms" fields hold tokens here
+	DistinctBlocks int           `json:"distinct_blocks"`
+	BlockChars     int           `json:"block_chars"`
+	Span           float64       `json:"span_s"`
 }
 
 // Stats summarises t; distinct blocks are counted the way the simulator
@@ -328,7 +329,7 @@ func (t *Trace) Stats(blockChars int) TraceStats {
 			seen[h] = struct{}{}
 		}
 	}
-	st.InputTokens = SummarizeFloats(toks)
+	st.InputTokens = stats.SummarizeFloats(toks)
 	st.DistinctBlocks = len(seen)
 	if n := len(t.Requests); n > 0 {
 		st.Span = t.Requests[n-1].At.Seconds()

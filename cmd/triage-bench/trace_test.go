@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -133,7 +134,7 @@ func TestPoissonArrivals(t *testing.T) {
 		gaps[i] = (a - prev).Seconds()
 		prev = a
 	}
-	mean := Mean(gaps)
+	mean := stats.Mean(gaps)
 	var ss float64
 	for _, g := range gaps {
 		ss += (g - mean) * (g - mean)
