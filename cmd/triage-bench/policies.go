@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/triage-gw/triage/bench/sse"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
@@ -222,7 +223,7 @@ type requestResult struct {
 	ok      bool
 	held    bool
 	replica string
-	timing  StreamTiming
+	timing  sse.Timing
 	err     string
 }
 
@@ -505,7 +506,7 @@ func sendChat(ctx context.Context, pool *upstream.Pool, r *preparedRequest, held
 		res.err = fmt.Sprintf("status %d: %s", resp.Status, strings.TrimSpace(string(b)))
 		return res
 	}
-	st, err := ReadSSE(resp.Body, start)
+	st, err := sse.Read(resp.Body, start)
 	res.timing = st
 	switch {
 	case err != nil:

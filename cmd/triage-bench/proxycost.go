@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/triage-gw/triage/bench/sse"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
@@ -53,25 +54,25 @@ pools:
 }
 
 // streamChat posts a streaming chat request and times its first event.
-func streamChat(ctx context.Context, c *http.Client, url string, body []byte) (Sample, StreamTiming) {
+func streamChat(ctx context.Context, c *http.Client, url string, body []byte) (Sample, sse.Timing) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return Sample{Err: err.Error()}, StreamTiming{}
+		return Sample{Err: err.Error()}, sse.Timing{}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		return Sample{Latency: time.Since(start), Err: err.Error()}, StreamTiming{}
+		return Sample{Latency: time.Since(start), Err: err.Error()}, sse.Timing{}
 	}
 	defer resp.Body.Close()
 	s := Sample{Status: resp.StatusCode, Header: resp.Header}
 	if resp.StatusCode != http.StatusOK {
 		s.Latency = time.Since(start)
-		return s, StreamTiming{}
+		return s, sse.Timing{}
 	}
-	st, err := ReadSSE(resp.Body, start)
+	st, err := sse.Read(resp.Body, start)
 	s.Latency = st.E2E
 	switch {
 	case err != nil:
