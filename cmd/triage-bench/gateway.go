@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/triage-gw/triage/bench/load"
 )
 
 // gatewayScenarios are the gateway subcommand's scenarios, in run order.
@@ -336,7 +338,7 @@ func startGateway(ctx context.Context, c *gatewayConfig, configPath, logPath str
 		return nil, fmt.Errorf("start %s: %w", c.Bin, err)
 	}
 	g := &gatewayProc{cmd: cmd, base: "http://" + addr, logPath: logPath, exited: make(chan struct{}),
-		client: newClient(4, 5*time.Second)}
+		client: load.NewClient(4, 5*time.Second)}
 	go func() { g.waitErr = cmd.Wait(); close(g.exited) }()
 
 	deadline := time.NewTimer(c.StartupTimeout)

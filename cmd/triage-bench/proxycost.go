@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/triage-gw/triage/bench/sse"
+	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
@@ -51,36 +49,6 @@ pools:
       - url: %[1]s
         id: direct-slow
 `, replicaURL)
-}
-
-// streamChat posts a streaming chat request and times its first event.
-func streamChat(ctx context.Context, c *http.Client, url string, body []byte) (Sample, sse.Timing) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return Sample{Err: err.Error()}, sse.Timing{}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	start := time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		return Sample{Latency: time.Since(start), Err: err.Error()}, sse.Timing{}
-	}
-	defer resp.Body.Close()
-	s := Sample{Status: resp.StatusCode, Header: resp.Header}
-	if resp.StatusCode != http.StatusOK {
-		s.Latency = time.Since(start)
-		return s, sse.Timing{}
-	}
-	st, err := sse.Read(resp.Body, start)
-	s.Latency = st.E2E
-	switch {
-	case err != nil:
-		s.Err = err.Error()
-	case !st.Done || st.Events == 0:
-		s.Err = "stream ended without [DONE]"
-	}
-	return s, st
 }
 
 // proxyLevel is one client count's result.
@@ -138,12 +106,12 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 
 	var levels []proxyLevel
 	for _, n := range env.cfg.ProxyClients {
-		c := newClient(n, env.cfg.RequestTimeout)
+		c := load.NewClient(n, env.cfg.RequestTimeout)
 		// Warm connections on both paths and the gateway's result cache.
 		for i := range 2 * n {
-			s, _ := streamChat(ctx, c, urls[i%2], body)
-			if !isOK(s) {
-				return res, fmt.Errorf("warm-up on %s: %s", urls[i%2], firstError([]Sample{s}))
+			s, _ := load.PostStream(ctx, c, urls[i%2], body)
+			if !s.OK() {
+				return res, fmt.Errorf("warm-up on %s: %s", urls[i%2], load.FirstError([]load.Sample{s}))
 			}
 		}
 		var (
@@ -153,16 +121,16 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 			firstErr   string
 		)
 		turn := make([]int, n) // each worker alternates direct and gateway, starting differently
-		closedLoop(ctx, n, d, 0, func(ctx context.Context, w int, _ int64) Sample {
+		load.ClosedLoop{Workers: n, Duration: d}.Run(ctx, func(ctx context.Context, w int, _ int64) load.Sample {
 			path := (w + turn[w]) % 2
 			turn[w]++
-			s, st := streamChat(ctx, c, urls[path], body)
+			s, st := load.PostStream(ctx, c, urls[path], body)
 			mu.Lock()
 			defer mu.Unlock()
-			if !isOK(s) {
+			if !s.OK() {
 				fail++
 				if firstErr == "" {
-					firstErr = firstError([]Sample{s})
+					firstErr = load.FirstError([]load.Sample{s})
 				}
 				return s
 			}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/stats"
 )
 
@@ -33,16 +34,16 @@ type classifyTally struct {
 	Latency                  []time.Duration
 }
 
-func tallyClassify(ss []Sample) classifyTally {
+func tallyClassify(ss []load.Sample) classifyTally {
 	var t classifyTally
 	for _, s := range ss {
-		if !isOK(s) {
+		if !s.OK() {
 			t.Failed++
 			continue
 		}
 		t.OK++
 		t.Latency = append(t.Latency, s.Latency)
-		if v, ok := headerMillis(s.Header, "x-router-latency"); ok {
+		if v, ok := load.HeaderMillis(s.Header, "x-router-latency"); ok {
 			t.RouterMs = append(t.RouterMs, v)
 		}
 		var a classifyAnswer
@@ -96,14 +97,14 @@ func p50p99(s stats.Summary) string { return ms(s.P50) + " / " + ms(s.P99) }
 // scenarioSeqMiss: one client, one distinct text after another.
 func scenarioSeqMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	res := ScenarioResult{Name: "seq-miss", Title: "one sequential client, cache misses, /v1/classify"}
-	c := newClient(2, env.cfg.RequestTimeout)
+	c := load.NewClient(2, env.cfg.RequestTimeout)
 	url := env.url("/v1/classify")
 	m0, err := env.gw.metrics(ctx)
 	if err != nil {
 		return res, err
 	}
-	ss, wall := closedLoop(ctx, 1, env.cfg.duration("seq-miss"), env.cfg.SeqRequests, func(ctx context.Context, _ int, _ int64) Sample {
-		return postJSON(ctx, c, url, env.misses.take().body(), true)
+	ss, wall := load.ClosedLoop{Workers: 1, Duration: env.cfg.duration("seq-miss"), Limit: env.cfg.SeqRequests}.Run(ctx, func(ctx context.Context, _ int, _ int64) load.Sample {
+		return load.PostJSON(ctx, c, url, env.misses.take().body(), true)
 	})
 	m1, err := env.gw.metrics(ctx)
 	if err != nil {
@@ -111,7 +112,7 @@ func scenarioSeqMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	}
 	t := tallyClassify(ss)
 	if t.OK == 0 {
-		return res, fmt.Errorf("no successful request: %s", firstError(ss))
+		return res, fmt.Errorf("no successful request: %s", load.FirstError(ss))
 	}
 	bd := deltaBatcher(m0, m1)
 	lat := stats.Summarize(t.Latency)
@@ -150,20 +151,20 @@ func scenarioSeqMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	fmt.Fprintf(&b, "The mean client latency exceeds the mean single-text inference by %s (texts vary from a few to 256 tokens, so percentiles of the two cannot be subtracted).\n", ms(overhead))
 	res.Detail = b.String()
 	res.Data = map[string]any{"requests": len(ss), "ok": t.OK, "cache_hits": t.Hits, "latency": lat, "router_latency": router,
-		"tokens": tokens, "batcher": bd, "inference_mean_ms": nanNil(infer), "overhead_mean_ms": nanNil(overhead), "errors": t.Failed, "first_error": firstError(ss)}
+		"tokens": tokens, "batcher": bd, "inference_mean_ms": nanNil(infer), "overhead_mean_ms": nanNil(overhead), "errors": t.Failed, "first_error": load.FirstError(ss)}
 	return res, nil
 }
 
 // concMiss measures classify throughput on distinct texts with n clients.
-func concMiss(ctx context.Context, env *gwEnv, clients int, d time.Duration) (classifyTally, batcherDelta, []Sample, time.Duration, error) {
-	c := newClient(clients, env.cfg.RequestTimeout)
+func concMiss(ctx context.Context, env *gwEnv, clients int, d time.Duration) (classifyTally, batcherDelta, []load.Sample, time.Duration, error) {
+	c := load.NewClient(clients, env.cfg.RequestTimeout)
 	url := env.url("/v1/classify")
 	m0, err := env.gw.metrics(ctx)
 	if err != nil {
 		return classifyTally{}, batcherDelta{}, nil, 0, err
 	}
-	ss, wall := closedLoop(ctx, clients, d, 0, func(ctx context.Context, _ int, _ int64) Sample {
-		return postJSON(ctx, c, url, env.misses.take().body(), true)
+	ss, wall := load.ClosedLoop{Workers: clients, Duration: d}.Run(ctx, func(ctx context.Context, _ int, _ int64) load.Sample {
+		return load.PostJSON(ctx, c, url, env.misses.take().body(), true)
 	})
 	m1, err := env.gw.metrics(ctx)
 	if err != nil {
@@ -180,7 +181,7 @@ func scenarioConcMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 		return res, err
 	}
 	if t.OK == 0 {
-		return res, fmt.Errorf("no successful request: %s", firstError(ss))
+		return res, fmt.Errorf("no successful request: %s", load.FirstError(ss))
 	}
 	rate := float64(t.OK) / wall.Seconds()
 	env.missCapacity = rate
@@ -208,34 +209,34 @@ func scenarioConcMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	fmt.Fprintf(&b, "Batcher (from /metrics): %.0f batches, mean %.1f texts per batch, mean inference %s per batch; the encoder was busy %.0f%% of the wall time, at %.0f tokens/s while busy.\n",
 		bd.Batches, bd.meanBatch(), ms(bd.meanInferenceMs()), 100*busy, encTokS)
 	if t.Failed > 0 {
-		fmt.Fprintf(&b, "\nFailures: %v, e.g. %s.\n", statusCounts(ss), firstError(ss))
+		fmt.Fprintf(&b, "\nFailures: %v, e.g. %s.\n", load.StatusCounts(ss), load.FirstError(ss))
 	}
 	res.Detail = b.String()
 	res.Data = map[string]any{"requests": len(ss), "ok": t.OK, "texts_per_s": rate, "latency": lat, "tokens": tokens,
 		"tokens_per_s": sumTok / wall.Seconds(), "batcher": bd, "encoder_busy": busy, "encoder_tokens_per_s_busy": nanNil(encTokS),
-		"cache_hits": t.Hits, "status": statusCounts(ss)}
+		"cache_hits": t.Hits, "status": load.StatusCounts(ss)}
 	return res, nil
 }
 
 func scenarioConcHit(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	n := env.cfg.HitClients
 	res := ScenarioResult{Name: "conc-hit", Title: fmt.Sprintf("%d concurrent clients, cache hits, /v1/classify, beside a bare net/http server", n)}
-	c := newClient(n, env.cfg.RequestTimeout)
+	c := load.NewClient(n, env.cfg.RequestTimeout)
 	url := env.url("/v1/classify")
 	bodies := make([][]byte, env.cfg.HitTexts)
 	for i := range bodies {
 		bodies[i] = env.misses.take().body()
-		if s := postJSON(ctx, c, url, bodies[i], false); !isOK(s) {
-			return res, fmt.Errorf("warming text %d: %s", i, firstError([]Sample{s}))
+		if s := load.PostJSON(ctx, c, url, bodies[i], false); !s.OK() {
+			return res, fmt.Errorf("warming text %d: %s", i, load.FirstError([]load.Sample{s}))
 		}
 	}
 	d := env.cfg.duration("conc-hit")
 	hitMark := []byte(`"cache":"hit"`)
-	drive := func(c *http.Client, target string) ([]Sample, time.Duration, int) {
+	drive := func(c *http.Client, target string) ([]load.Sample, time.Duration, int) {
 		var mu sync.Mutex
 		hits := 0
-		ss, wall := closedLoop(ctx, n, d, 0, func(ctx context.Context, _ int, seq int64) Sample {
-			s := postJSON(ctx, c, target, bodies[seq%int64(len(bodies))], true)
+		ss, wall := load.ClosedLoop{Workers: n, Duration: d}.Run(ctx, func(ctx context.Context, _ int, seq int64) load.Sample {
+			s := load.PostJSON(ctx, c, target, bodies[seq%int64(len(bodies))], true)
 			if bytes.Contains(s.Body, hitMark) {
 				mu.Lock()
 				hits++
@@ -253,14 +254,14 @@ func scenarioConcHit(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("baseline: %w", err)
 	}
-	hc := newClient(n, env.cfg.RequestTimeout)
+	hc := load.NewClient(n, env.cfg.RequestTimeout)
 	hss, hwall, _ := drive(hc, hello.base+"/v1/classify")
 	hc.CloseIdleConnections()
 	hello.stop()
 
-	gok, hok := latencies(gss, isOK), latencies(hss, isOK)
+	gok, hok := load.Latencies(gss, load.Sample.OK), load.Latencies(hss, load.Sample.OK)
 	if len(gok) == 0 {
-		return res, fmt.Errorf("no successful request: %s", firstError(gss))
+		return res, fmt.Errorf("no successful request: %s", load.FirstError(gss))
 	}
 	g, h := stats.Summarize(gok), stats.Summarize(hok)
 	grate, hrate := float64(len(gok))/gwall.Seconds(), float64(len(hok))/hwall.Seconds()
@@ -276,11 +277,11 @@ func scenarioConcHit(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	fmt.Fprintf(&b, "| bare net/http | %d | %d | %.0f | %s | %s | %s | %s |\n", len(hss), len(hok), hrate, ms(h.P50), ms(h.P90), ms(h.P99), ms(h.Max))
 	fmt.Fprintf(&b, "\nCache hits among the gateway's answers: %d of %d.\n", hits, len(gok))
 	if len(gok) < len(gss) {
-		fmt.Fprintf(&b, "Gateway failures: %v, e.g. %s.\n", statusCounts(gss), firstError(gss))
+		fmt.Fprintf(&b, "Gateway failures: %v, e.g. %s.\n", load.StatusCounts(gss), load.FirstError(gss))
 	}
 	res.Detail = b.String()
-	res.Data = map[string]any{"gateway": map[string]any{"requests": len(gss), "ok": len(gok), "req_per_s": grate, "latency": g, "cache_hits": hits, "status": statusCounts(gss)},
-		"baseline": map[string]any{"requests": len(hss), "ok": len(hok), "req_per_s": hrate, "latency": h, "status": statusCounts(hss)}}
+	res.Data = map[string]any{"gateway": map[string]any{"requests": len(gss), "ok": len(gok), "req_per_s": grate, "latency": g, "cache_hits": hits, "status": load.StatusCounts(gss)},
+		"baseline": map[string]any{"requests": len(hss), "ok": len(hok), "req_per_s": hrate, "latency": h, "status": load.StatusCounts(hss)}}
 	return res, nil
 }
 
@@ -296,7 +297,7 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 				return res, err
 			}
 			if t.OK == 0 {
-				return res, fmt.Errorf("capacity probe: no successful request: %s", firstError(ss))
+				return res, fmt.Errorf("capacity probe: no successful request: %s", load.FirstError(ss))
 			}
 			env.missCapacity = float64(t.OK) / wall.Seconds()
 			if err := env.gw.waitIdle(ctx, time.Minute); err != nil {
@@ -348,10 +349,10 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 		}
 	}()
 
-	c := newClient(env.cfg.OverloadFlight, env.cfg.RequestTimeout)
+	c := load.NewClient(env.cfg.OverloadFlight, env.cfg.RequestTimeout)
 	url := env.url("/v1/classify")
-	ol := openLoop(ctx, rate, d, env.cfg.OverloadFlight, env.cfg.Seed, func(ctx context.Context, _ int64) Sample {
-		return postJSON(ctx, c, url, env.misses.take().body(), false)
+	ol := load.OpenLoop{Rate: rate, Duration: d, MaxInFlight: env.cfg.OverloadFlight, Seed: env.cfg.Seed}.Run(ctx, func(ctx context.Context, _ int64) load.Sample {
+		return load.PostJSON(ctx, c, url, env.misses.take().body(), false)
 	})
 	if err := env.gw.waitIdle(ctx, time.Minute); err != nil {
 		stopSampling()
@@ -376,9 +377,9 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 		rssPeak = max(rssPeak, p.RSS)
 	}
 
-	counts := statusCounts(ol.Samples)
-	okLat := stats.Summarize(latencies(ol.Samples, isOK))
-	rejLat := stats.Summarize(latencies(ol.Samples, func(s Sample) bool { return s.Status == http.StatusTooManyRequests }))
+	counts := load.StatusCounts(ol.Samples)
+	okLat := stats.Summarize(load.Latencies(ol.Samples, load.Sample.OK))
+	rejLat := stats.Summarize(load.Latencies(ol.Samples, func(s load.Sample) bool { return s.Status == http.StatusTooManyRequests }))
 	sentRate := float64(len(ol.Samples)) / ol.Sent.Seconds()
 	okRate := float64(okLat.N) / ol.Wall.Seconds()
 	mib := func(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
@@ -401,7 +402,7 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 		fmt.Fprintf(&b, "| %.0f | %.0f | %.0f | %.0f |\n", p.T, p.RSS/(1<<20), p.Queue, p.InFlight)
 	}
 	fmt.Fprintf(&b, "\nRSS before %s, peak %s, after %s (3 s after the last answer).\n", mib(rssBefore), mib(rssPeak), mib(rssAfter))
-	if e := firstError(ol.Samples); e != "" && counts["error"] > 0 {
+	if e := load.FirstError(ol.Samples); e != "" && counts["error"] > 0 {
 		fmt.Fprintf(&b, "Client-side failures: %d, e.g. %s.\n", counts["error"], e)
 	}
 	res.Detail = b.String()
@@ -435,7 +436,7 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 	if err != nil {
 		return res, err
 	}
-	c := newClient(n, env.cfg.RequestTimeout)
+	c := load.NewClient(n, env.cfg.RequestTimeout)
 	url := env.url("/v1/query-process")
 	// Warm the texts into the result cache first, so the run measures the
 	// decision under slow-pool load rather than the classifier's throughput
@@ -477,8 +478,8 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 		}
 	}()
 	ramp := time.Duration(float64(d) * env.cfg.QPRamp)
-	ss, wall := rampedLoop(ctx, n, ramp, d, 0, func(ctx context.Context, _ int, seq int64) Sample {
-		return postJSON(ctx, c, url, texts.item(seq%int64(nTexts)).body(), false)
+	ss, wall := load.ClosedLoop{Workers: n, Ramp: ramp, Duration: d}.Run(ctx, func(ctx context.Context, _ int, seq int64) load.Sample {
+		return load.PostJSON(ctx, c, url, texts.item(seq%int64(nTexts)).body(), false)
 	})
 	stopSampling()
 	<-sampled
@@ -500,7 +501,7 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 	for _, s := range ss {
 		i := min(int(s.At.Seconds()/bucket), len(rows)-1)
 		rows[i].n++
-		if !isOK(s) {
+		if !s.OK() {
 			rows[i].failed++
 			continue
 		}
@@ -516,7 +517,7 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 		}
 	}
 	if len(okLat) == 0 {
-		return res, fmt.Errorf("no successful request: %s", firstError(ss))
+		return res, fmt.Errorf("no successful request: %s", load.FirstError(ss))
 	}
 	var reasons []string
 	for _, r := range reasonOrder {
@@ -588,7 +589,7 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 		fmt.Fprintf(&b, " %d | %s | %s |\n", r.failed, fmtNum(act, 0), fmtNum(thr, 3))
 	}
 	if len(ss) > okN {
-		fmt.Fprintf(&b, "\nFailures: %s, e.g. %s.\n", countsString(statusCounts(ss)), firstError(ss))
+		fmt.Fprintf(&b, "\nFailures: %s, e.g. %s.\n", countsString(load.StatusCounts(ss)), load.FirstError(ss))
 	}
 	res.Detail = b.String()
 	series := make([]map[string]any, len(rows))
@@ -596,7 +597,7 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 		series[i] = map[string]any{"t_s": float64(i) * bucket, "answers": r.n, "failed": r.failed, "reasons": r.reasons}
 	}
 	res.Data = map[string]any{"requests": len(ss), "ok": okN, "latency": lat, "reasons": total, "windows": series, "gauges": gauges,
-		"cache_hits": cacheHits, "status": statusCounts(ss)}
+		"cache_hits": cacheHits, "status": load.StatusCounts(ss)}
 	return res, nil
 }
 
@@ -642,8 +643,8 @@ func warmClassify(ctx context.Context, c *http.Client, url string, src *textSour
 		if err != nil {
 			return err
 		}
-		if s := postJSON(ctx, c, url, body, false); !isOK(s) {
-			return fmt.Errorf("classify batch at %d: %s", i, firstError([]Sample{s}))
+		if s := load.PostJSON(ctx, c, url, body, false); !s.OK() {
+			return fmt.Errorf("classify batch at %d: %s", i, load.FirstError([]load.Sample{s}))
 		}
 	}
 	return nil
