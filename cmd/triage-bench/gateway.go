@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/triage-gw/triage/bench/load"
+	"github.com/triage-gw/triage/bench/promtext"
 )
 
 // gatewayScenarios are the gateway subcommand's scenarios, in run order.
@@ -385,8 +386,8 @@ func (g *gatewayProc) alive() bool {
 }
 
 // metrics scrapes the gateway's /metrics.
-func (g *gatewayProc) metrics(ctx context.Context) (promSamples, error) {
-	return scrape(ctx, g.client, g.base+"/metrics")
+func (g *gatewayProc) metrics(ctx context.Context) (promtext.Samples, error) {
+	return promtext.Scrape(ctx, g.client, g.base+"/metrics")
 }
 
 // waitIdle waits until the gateway reports no request in flight but the
@@ -395,7 +396,7 @@ func (g *gatewayProc) waitIdle(ctx context.Context, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		m, err := g.metrics(ctx)
-		if err == nil && m.get("triage_inflight_requests") <= 1 {
+		if err == nil && m.Get("triage_inflight_requests") <= 1 {
 			return nil
 		}
 		if !g.alive() {

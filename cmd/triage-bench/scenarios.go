@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/triage-gw/triage/bench/load"
+	"github.com/triage-gw/triage/bench/promtext"
 	"github.com/triage-gw/triage/bench/stats"
 )
 
@@ -69,8 +70,8 @@ type batcherDelta struct {
 	InferenceSec float64 `json:"inference_s"`
 }
 
-func deltaBatcher(a, b promSamples) batcherDelta {
-	d := func(name string) float64 { return b.sum(name) - a.sum(name) }
+func deltaBatcher(a, b promtext.Samples) batcherDelta {
+	d := func(name string) float64 { return b.Sum(name) - a.Sum(name) }
 	return batcherDelta{
 		Batches:      d("triage_batcher_inference_seconds_count"),
 		Texts:        d("triage_batcher_batch_size_sum"),
@@ -312,7 +313,7 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	if err != nil {
 		return res, err
 	}
-	rssBefore := m0.get("process_resident_memory_bytes")
+	rssBefore := m0.Get("process_resident_memory_bytes")
 
 	// Sample RSS and the batcher queue every second while the load runs.
 	type point struct {
@@ -339,12 +340,12 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 			case <-tick.C:
 			}
 			m, err := env.gw.metrics(sctx)
-			if err != nil || math.IsNaN(m.get("process_resident_memory_bytes")) {
+			if err != nil || math.IsNaN(m.Get("process_resident_memory_bytes")) {
 				continue
 			}
 			pmu.Lock()
-			points = append(points, point{T: time.Since(start).Seconds(), RSS: m.get("process_resident_memory_bytes"),
-				Queue: m.get("triage_batcher_queue_depth"), InFlight: m.get("triage_inflight_requests")})
+			points = append(points, point{T: time.Since(start).Seconds(), RSS: m.Get("process_resident_memory_bytes"),
+				Queue: m.Get("triage_batcher_queue_depth"), InFlight: m.Get("triage_inflight_requests")})
 			pmu.Unlock()
 		}
 	}()
@@ -371,7 +372,7 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	if err != nil {
 		return res, err
 	}
-	rssAfter := m2.get("process_resident_memory_bytes")
+	rssAfter := m2.Get("process_resident_memory_bytes")
 	rssPeak := rssBefore
 	for _, p := range points {
 		rssPeak = max(rssPeak, p.RSS)
@@ -473,7 +474,7 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 				continue
 			}
 			gmu.Lock()
-			gauges = append(gauges, gauge{T: time.Since(start).Seconds(), SlowActive: m.sum("triage_slow_active"), Threshold: m.sum("triage_decision_threshold")})
+			gauges = append(gauges, gauge{T: time.Since(start).Seconds(), SlowActive: m.Sum("triage_slow_active"), Threshold: m.Sum("triage_decision_threshold")})
 			gmu.Unlock()
 		}
 	}()
