@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/triage-gw/triage/bench/dolly"
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/promtext"
 )
@@ -189,7 +190,7 @@ Traffic goes to 127.0.0.1 only. Flags:
 type gwEnv struct {
 	cfg    *gatewayConfig
 	gw     *gatewayProc
-	rows   []DollyRow
+	rows   []dolly.Row
 	misses *textSource // distinct texts, shared so no scenario repeats another's
 	logDir string
 	stderr io.Writer
@@ -216,7 +217,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	rows, err := LoadDolly(c.dolly)
+	rows, err := dolly.Load(c.dolly)
 	if err != nil {
 		return err
 	}

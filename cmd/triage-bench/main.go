@@ -76,3 +76,7 @@ func commandLine(sub string, args []string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// defaultDolly is the dataset beside the repository (shared/ next to the
+// checkout), relative to the repository root where make runs the benchmarks.
+const defaultDolly = "../shared/datasets/dolly-15k-dev.jsonl"

@@ -17,8 +17,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/triage-gw/triage/bench/dolly"
 	"github.com/triage-gw/triage/bench/sse"
 	"github.com/triage-gw/triage/bench/stats"
+	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -42,7 +44,7 @@ type sweepConfig struct {
 	MaxTokens      int           `json:"max_tokens"`
 	ScrapeInterval time.Duration `json:"scrape_interval_ns"`
 	Drain          time.Duration `json:"drain_ns"`
-	Trace          TraceConfig   `json:"trace"`
+	Trace          trace.Config  `json:"trace"`
 
 	dolly      string
 	out        string
@@ -76,7 +78,7 @@ func defaultSweepSim() sim.Config {
 func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	fs := flag.NewFlagSet("triage-bench policies", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := &sweepConfig{Sim: defaultSweepSim(), Trace: DefaultTraceConfig()}
+	c := &sweepConfig{Sim: defaultSweepSim(), Trace: trace.DefaultConfig()}
 	t := &c.Trace
 	policies := strings.Join(sweepPolicies, ",")
 
@@ -230,7 +232,7 @@ type requestResult struct {
 // preparedRequest is a trace request with its body marshalled ahead of
 // the replay, so encoding costs nothing during the timed part.
 type preparedRequest struct {
-	tr   *TraceRequest
+	tr   *trace.Request
 	body []byte
 }
 
@@ -246,7 +248,7 @@ type chatMessage struct {
 	Content string `json:"content"`
 }
 
-func prepare(tr *Trace, model string, maxTokens int) ([]preparedRequest, error) {
+func prepare(tr *trace.Trace, model string, maxTokens int) ([]preparedRequest, error) {
 	out := make([]preparedRequest, len(tr.Requests))
 	for i := range tr.Requests {
 		r := &tr.Requests[i]
@@ -269,11 +271,14 @@ func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	rows, err := LoadDolly(c.dolly)
+	rows, err := dolly.Load(c.dolly)
 	if err != nil {
 		return err
 	}
-	tr, err := GenerateTrace(c.Trace, rows)
+	tr, err := trace.Generate(c.Trace, rows)
+	if errors.Is(err, trace.ErrNoRequests) {
+		return fmt.Errorf("%w; raise --rate or --duration", err)
+	}
 	if err != nil {
 		return err
 	}

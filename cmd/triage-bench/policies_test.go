@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -9,6 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/bench/dolly"
+	"github.com/triage-gw/triage/bench/trace"
 )
 
 func TestPolicyConfigNames(t *testing.T) {
@@ -35,7 +39,7 @@ func TestRunOnePolicy(t *testing.T) {
 		"--ttft-base", "1ms", "--prefill-per-token", "1us", "--decode-per-token", "100us", "--max-tokens", "4",
 		"--scrape-interval", "100ms", "--drain", "10s"}, io.Discard)
 	require.NoError(t, err)
-	tr, err := GenerateTrace(c.Trace, testRows())
+	tr, err := trace.Generate(c.Trace, testRows())
 	require.NoError(t, err)
 	reqs, err := prepare(tr, c.Sim.Model, c.MaxTokens)
 	require.NoError(t, err)
@@ -58,4 +62,22 @@ func TestRunOnePolicy(t *testing.T) {
 	md := rep.Markdown()
 	require.Contains(t, md, "| lmetric-unified |")
 	require.Contains(t, string(rep.CSV()), "lmetric-unified,")
+}
+
+// testRows is a small synthetic Dolly: short rows and rows with long
+// contexts, so heavy sessions have documents to draw.
+func testRows() []dolly.Row {
+	var rows []dolly.Row
+	for i := range 40 {
+		r := dolly.Row{
+			Instruction: fmt.Sprintf("Question %d: what is item %d?", i, i),
+			Response:    strings.Repeat(fmt.Sprintf("answer %d. ", i), 20),
+			Category:    "open_qa",
+		}
+		if i%4 == 0 {
+			r.Context = strings.Repeat(fmt.Sprintf("document %d sentence. ", i), 60)
+		}
+		rows = append(rows, r)
+	}
+	return rows
 }

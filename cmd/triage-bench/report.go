@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -24,7 +25,7 @@ type PolicyReport struct {
 	Config    *sweepConfig   `json:"config"`
 	SimConfig sim.Config     `json:"-"`
 	Replica   replicaJSON    `json:"replica"`
-	Trace     TraceStats     `json:"trace_stats"`
+	Trace     trace.Stats    `json:"trace_stats"`
 	Machine   MachineInfo    `json:"machine"`
 	Results   []PolicyResult `json:"results"`
 }

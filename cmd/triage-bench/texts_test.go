@@ -4,10 +4,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/bench/dolly"
 )
 
 func TestTextSourceDistinct(t *testing.T) {
-	rows := []DollyRow{
+	rows := []dolly.Row{
 		{Instruction: "a", Category: "classification"},
 		{Instruction: "b", Context: "doc", Category: "summarization"},
 		{Instruction: "c", Category: "open_qa"}, // not a target category
