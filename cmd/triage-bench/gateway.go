@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/triage-gw/triage/bench/dolly"
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/promtext"
+	"github.com/triage-gw/triage/bench/report"
 )
 
 // gatewayScenarios are the gateway subcommand's scenarios, in run order.
@@ -234,7 +234,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	env := &gwEnv{cfg: c, rows: rows, misses: misses, logDir: logDir, stderr: stderr}
-	rep := &GatewayReport{Command: commandLine("gateway", args), Machine: Machine(), Config: c}
+	rep := &GatewayReport{Command: commandLine("gateway", args), Machine: report.DescribeMachine(), Config: c}
 
 	needMain := slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "proxy-cost" })
 	if needMain {
@@ -267,7 +267,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runMainScenarios(ctx context.Context, env *gwEnv, rep *GatewayReport) error {
-	run := map[string]func(context.Context, *gwEnv) (ScenarioResult, error){
+	run := map[string]func(context.Context, *gwEnv) (report.Scenario, error){
 		"seq-miss":      scenarioSeqMiss,
 		"conc-miss":     scenarioConcMiss,
 		"conc-hit":      scenarioConcHit,
@@ -522,30 +522,13 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// ScenarioResult is one scenario's outcome.
-type ScenarioResult struct {
-	Name    string   `json:"name"`
-	Title   string   `json:"title"`
-	Summary []Metric `json:"summary"`
-	Detail  string   `json:"-"` // markdown
-	Data    any      `json:"data"`
-	Wall    float64  `json:"wall_s"`
-}
-
-// Metric is one line of the summary table.
-type Metric struct {
-	Name   string `json:"name"`
-	Value  string `json:"value"`
-	Target string `json:"target,omitempty"` // the target or the baseline beside it
-}
-
 // GatewayReport is the gateway subcommand's output.
 type GatewayReport struct {
-	Command   string           `json:"command"`
-	Machine   MachineInfo      `json:"machine"`
-	Config    *gatewayConfig   `json:"config"`
-	Startup   float64          `json:"gateway_startup_s,omitempty"`
-	Scenarios []ScenarioResult `json:"scenarios"`
+	Command   string            `json:"command"`
+	Machine   report.Machine    `json:"machine"`
+	Config    *gatewayConfig    `json:"config"`
+	Startup   float64           `json:"gateway_startup_s,omitempty"`
+	Scenarios []report.Scenario `json:"scenarios"`
 }
 
 // Markdown renders the header, the summary table and each scenario's details.
@@ -559,15 +542,7 @@ func (r *GatewayReport) Markdown() string {
 		cfg = r.Config.Config
 	}
 	fmt.Fprintf(&b, "- Gateway: `%s`, config: %s, started as a subprocess on 127.0.0.1 (ready after %.1f s). The load generator (this program, Go net/http, keep-alive) runs on the same CPUs.\n\n", r.Config.Bin, cfg, r.Startup)
-	b.WriteString("| scenario | metric | value | target / baseline |\n|---|---|---|---|\n")
-	for _, s := range r.Scenarios {
-		for _, m := range s.Summary {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", s.Name, m.Name, m.Value, m.Target)
-		}
-	}
-	for _, s := range r.Scenarios {
-		fmt.Fprintf(&b, "\n## %s — %s\n\n%s", s.Name, s.Title, s.Detail)
-	}
+	report.WriteScenarios(&b, r.Scenarios)
 	return b.String()
 }
 
@@ -579,28 +554,13 @@ func (r *GatewayReport) Write(stdout, stderr io.Writer, out string) error {
 	if out == "" {
 		return nil
 	}
-	js, err := json.MarshalIndent(r, "", "  ")
+	js, err := report.JSON(r)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(out, "results.json"), append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "table.md"), []byte(md), 0o644); err != nil {
+	if err := report.WriteFiles(out, map[string][]byte{"results.json": js, "table.md": []byte(md)}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s/{results.json,table.md}\n", out)
 	return nil
-}
-
-// ms formats milliseconds for tables.
-func ms(v float64) string {
-	switch {
-	case v != v: // NaN
-		return "n/a"
-	case v < 10:
-		return fmt.Sprintf("%.2f ms", v)
-	default:
-		return fmt.Sprintf("%.0f ms", v)
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/triage-gw/triage/bench/dolly"
+	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/sse"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/bench/trace"
@@ -306,7 +307,7 @@ func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			res.TTFT.Mean, res.TTFT.P99, 100*res.HitRate, res.LoadMaxMean, res.Errors, res.Held, res.Wall, res.TimerLate.P99)
 		results = append(results, res)
 	}
-	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), Trace: ts, Machine: Machine(), Results: results}
+	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), Trace: ts, Machine: report.DescribeMachine(), Results: results}
 	return rep.Write(stdout, stderr)
 }
 
@@ -357,7 +358,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		waitScraped(gctx, pool, 3*time.Second)
 	}
 
-	stopProbe := startNoiseProbe(gctx)
+	stopProbe := report.StartTimerProbe(gctx)
 	start := time.Now()
 	out := replay(gctx, pool, reqs, c.Drain)
 	res.Wall = time.Since(start).Seconds()

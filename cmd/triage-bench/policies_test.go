@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/bench/dolly"
+	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/trace"
 )
 
@@ -58,7 +59,7 @@ func TestRunOnePolicy(t *testing.T) {
 	require.Positive(t, res.TTFT.P50)
 	require.GreaterOrEqual(t, res.E2E.P50, res.TTFT.P50)
 
-	rep := &PolicyReport{Command: "test", Config: c, SimConfig: c.Sim, Trace: tr.Stats(64), Machine: Machine(), Results: []PolicyResult{res}}
+	rep := &PolicyReport{Command: "test", Config: c, SimConfig: c.Sim, Trace: tr.Stats(64), Machine: report.DescribeMachine(), Results: []PolicyResult{res}}
 	md := rep.Markdown()
 	require.Contains(t, md, "| lmetric-unified |")
 	require.Contains(t, string(rep.CSV()), "lmetric-unified,")

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/triage-gw/triage/bench/load"
+	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
@@ -63,8 +64,8 @@ type proxyLevel struct {
 	FirstErr  string        `json:"first_error,omitempty"`
 }
 
-func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
-	res := ScenarioResult{Name: "proxy-cost", Title: "streaming /v1/chat/completions TTFT through the gateway minus direct to the same mockllm"}
+func scenarioProxyCost(ctx context.Context, env *gwEnv) (report.Scenario, error) {
+	res := report.Scenario{Name: "proxy-cost", Title: "streaming /v1/chat/completions TTFT through the gateway minus direct to the same mockllm"}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -145,15 +146,15 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 		lv.AddedP50 = lv.Gateway.P50 - lv.Direct.P50
 		lv.AddedP99 = lv.Gateway.P99 - lv.Direct.P99
 		levels = append(levels, lv)
-		fmt.Fprintf(env.stderr, "  %d clients: added TTFT p50 %s, p99 %s\n", n, ms(lv.AddedP50), ms(lv.AddedP99))
+		fmt.Fprintf(env.stderr, "  %d clients: added TTFT p50 %s, p99 %s\n", n, report.Millis(lv.AddedP50), report.Millis(lv.AddedP99))
 	}
 
 	for _, lv := range levels {
-		res.Summary = append(res.Summary, Metric{
+		res.Summary = append(res.Summary, report.Metric{
 			Name:  fmt.Sprintf("added TTFT p50 / p99, %d client(s)", lv.Clients),
-			Value: fmt.Sprintf("%s / %s", ms(lv.AddedP50), ms(lv.AddedP99)),
+			Value: fmt.Sprintf("%s / %s", report.Millis(lv.AddedP50), report.Millis(lv.AddedP99)),
 			Target: fmt.Sprintf("p50 ≤ 1 ms: %s, p99 ≤ 5 ms: %s (direct p50 %s, p99 %s)",
-				pass(lv.AddedP50 <= 1), pass(lv.AddedP99 <= 5), ms(lv.Direct.P50), ms(lv.Direct.P99)),
+				report.Verdict(lv.AddedP50 <= 1), report.Verdict(lv.AddedP99 <= 5), report.Millis(lv.Direct.P50), report.Millis(lv.Direct.P99)),
 		})
 	}
 	var b strings.Builder
@@ -165,9 +166,9 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 			name string
 			s    stats.Summary
 		}{{"direct", lv.Direct}, {"gateway", lv.Gateway}} {
-			fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s | %s |\n", lv.Clients, p.name, p.s.N, ms(p.s.P50), ms(p.s.P90), ms(p.s.P99), ms(p.s.Max))
+			fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s | %s |\n", lv.Clients, p.name, p.s.N, report.Millis(p.s.P50), report.Millis(p.s.P90), report.Millis(p.s.P99), report.Millis(p.s.Max))
 		}
-		fmt.Fprintf(&b, "| %d | **added** | | **%s** | %s | **%s** | |\n", lv.Clients, ms(lv.AddedP50), ms(lv.Gateway.P90-lv.Direct.P90), ms(lv.AddedP99))
+		fmt.Fprintf(&b, "| %d | **added** | | **%s** | %s | **%s** | |\n", lv.Clients, report.Millis(lv.AddedP50), report.Millis(lv.Gateway.P90-lv.Direct.P90), report.Millis(lv.AddedP99))
 	}
 	b.WriteString("\nAdded = gateway percentile minus direct percentile.")
 	for _, lv := range levels {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/promtext"
+	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/stats"
 )
 
@@ -93,11 +94,9 @@ func (d batcherDelta) meanBatch() float64 {
 	return d.Texts / d.Batches
 }
 
-func p50p99(s stats.Summary) string { return ms(s.P50) + " / " + ms(s.P99) }
-
 // scenarioSeqMiss: one client, one distinct text after another.
-func scenarioSeqMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
-	res := ScenarioResult{Name: "seq-miss", Title: "one sequential client, cache misses, /v1/classify"}
+func scenarioSeqMiss(ctx context.Context, env *gwEnv) (report.Scenario, error) {
+	res := report.Scenario{Name: "seq-miss", Title: "one sequential client, cache misses, /v1/classify"}
 	c := load.NewClient(2, env.cfg.RequestTimeout)
 	url := env.url("/v1/classify")
 	m0, err := env.gw.metrics(ctx)
@@ -128,31 +127,31 @@ func scenarioSeqMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	overhead := lat.Mean - infer
 	routerVal, routerTarget := "not sent by /v1/classify", ""
 	if len(t.RouterMs) > 0 {
-		routerVal = p50p99(router)
-		routerTarget = fmt.Sprintf("mean %s vs inference + 2 ms = %s: %s", ms(router.Mean), ms(bound), pass(router.Mean <= bound))
+		routerVal = report.P50P99(router)
+		routerTarget = fmt.Sprintf("mean %s vs inference + 2 ms = %s: %s", report.Millis(router.Mean), report.Millis(bound), report.Verdict(router.Mean <= bound))
 	}
-	res.Summary = []Metric{
+	res.Summary = []report.Metric{
 		{Name: "x-router-latency p50 / p99", Value: routerVal, Target: routerTarget},
-		{Name: "client latency p50 / p99 (mean)", Value: fmt.Sprintf("%s (%s)", p50p99(lat), ms(lat.Mean))},
-		{Name: "single-text inference, mean (batcher)", Value: ms(infer), Target: fmt.Sprintf("mean batch %.2f texts", bd.meanBatch())},
-		{Name: "client mean − inference mean", Value: ms(overhead), Target: fmt.Sprintf("≤ 2 ms: %s", pass(overhead <= 2))},
+		{Name: "client latency p50 / p99 (mean)", Value: fmt.Sprintf("%s (%s)", report.P50P99(lat), report.Millis(lat.Mean))},
+		{Name: "single-text inference, mean (batcher)", Value: report.Millis(infer), Target: fmt.Sprintf("mean batch %.2f texts", bd.meanBatch())},
+		{Name: "client mean − inference mean", Value: report.Millis(overhead), Target: fmt.Sprintf("≤ 2 ms: %s", report.Verdict(overhead <= 2))},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d requests in %.1f s (%d ok, %d failed), %d cache misses and %d hits; tokens per text mean %.0f, p50 %.0f, p99 %.0f.\n\n",
 		len(ss), wall.Seconds(), t.OK, t.Failed, t.Misses, t.Hits, tokens.Mean, tokens.P50, tokens.P99)
 	fmt.Fprintf(&b, "| | mean | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| client latency | %s | %s | %s | %s | %s |\n", ms(lat.Mean), ms(lat.P50), ms(lat.P90), ms(lat.P99), ms(lat.Max))
+	fmt.Fprintf(&b, "| client latency | %s | %s | %s | %s | %s |\n", report.Millis(lat.Mean), report.Millis(lat.P50), report.Millis(lat.P90), report.Millis(lat.P99), report.Millis(lat.Max))
 	if len(t.RouterMs) > 0 {
-		fmt.Fprintf(&b, "| x-router-latency | %s | %s | %s | %s | %s |\n", ms(router.Mean), ms(router.P50), ms(router.P90), ms(router.P99), ms(router.Max))
+		fmt.Fprintf(&b, "| x-router-latency | %s | %s | %s | %s | %s |\n", report.Millis(router.Mean), report.Millis(router.P50), report.Millis(router.P90), report.Millis(router.P99), report.Millis(router.Max))
 	}
-	fmt.Fprintf(&b, "\nBatcher over the run (from /metrics): %.0f batches, %.0f texts, mean inference %s per batch.\n", bd.Batches, bd.Texts, ms(infer))
+	fmt.Fprintf(&b, "\nBatcher over the run (from /metrics): %.0f batches, %.0f texts, mean inference %s per batch.\n", bd.Batches, bd.Texts, report.Millis(infer))
 	if len(t.RouterMs) == 0 {
 		b.WriteString("The gateway sent no x-router-latency header on /v1/classify, so the client latency (an upper bound: it adds the HTTP round trip and JSON) stands in for it. ")
 	}
-	fmt.Fprintf(&b, "The mean client latency exceeds the mean single-text inference by %s (texts vary from a few to 256 tokens, so percentiles of the two cannot be subtracted).\n", ms(overhead))
+	fmt.Fprintf(&b, "The mean client latency exceeds the mean single-text inference by %s (texts vary from a few to 256 tokens, so percentiles of the two cannot be subtracted).\n", report.Millis(overhead))
 	res.Detail = b.String()
 	res.Data = map[string]any{"requests": len(ss), "ok": t.OK, "cache_hits": t.Hits, "latency": lat, "router_latency": router,
-		"tokens": tokens, "batcher": bd, "inference_mean_ms": nanNil(infer), "overhead_mean_ms": nanNil(overhead), "errors": t.Failed, "first_error": load.FirstError(ss)}
+		"tokens": tokens, "batcher": bd, "inference_mean_ms": report.Finite(infer), "overhead_mean_ms": report.Finite(overhead), "errors": t.Failed, "first_error": load.FirstError(ss)}
 	return res, nil
 }
 
@@ -174,9 +173,9 @@ func concMiss(ctx context.Context, env *gwEnv, clients int, d time.Duration) (cl
 	return tallyClassify(ss), deltaBatcher(m0, m1), ss, wall, nil
 }
 
-func scenarioConcMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
+func scenarioConcMiss(ctx context.Context, env *gwEnv) (report.Scenario, error) {
 	n := env.cfg.MissClients
-	res := ScenarioResult{Name: "conc-miss", Title: fmt.Sprintf("%d concurrent clients, cache misses, /v1/classify", n)}
+	res := report.Scenario{Name: "conc-miss", Title: fmt.Sprintf("%d concurrent clients, cache misses, /v1/classify", n)}
 	t, bd, ss, wall, err := concMiss(ctx, env, n, env.cfg.duration("conc-miss"))
 	if err != nil {
 		return res, err
@@ -197,31 +196,31 @@ func scenarioConcMiss(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	if bd.InferenceSec > 0 {
 		encTokS = sumTok / bd.InferenceSec
 	}
-	res.Summary = []Metric{
+	res.Summary = []report.Metric{
 		{Name: "texts/s", Value: fmt.Sprintf("%.1f", rate), Target: "seed 003: 6.5 req/s at 20 clients; DESIGN §6 encoder ceiling ≈ 190 texts/s fp32"},
-		{Name: "latency p50 / p99", Value: p50p99(lat), Target: "seed 003 (20 clients): x-router-latency p50 103 ms, p99 174 ms"},
+		{Name: "latency p50 / p99", Value: report.P50P99(lat), Target: "seed 003 (20 clients): x-router-latency p50 103 ms, p99 174 ms"},
 		{Name: "tokens per text (mean)", Value: fmt.Sprintf("%.1f", tokens.Mean), Target: "DESIGN §6: ≈ 57 on the four categories"},
 		{Name: "tokens/s end to end", Value: fmt.Sprintf("%.0f", sumTok/wall.Seconds()), Target: "DESIGN §6: encoder best ≈ 11,000 fp32, 24,000 int8"},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d requests in %.1f s (%d ok, %d failed), %d cache misses and %d hits. Tokens per text: mean %.1f, p50 %.0f, p90 %.0f, p99 %.0f.\n\n",
 		len(ss), wall.Seconds(), t.OK, t.Failed, t.Misses, t.Hits, tokens.Mean, tokens.P50, tokens.P90, tokens.P99)
-	fmt.Fprintf(&b, "Latency: mean %s, p50 %s, p90 %s, p99 %s, max %s.\n\n", ms(lat.Mean), ms(lat.P50), ms(lat.P90), ms(lat.P99), ms(lat.Max))
+	fmt.Fprintf(&b, "Latency: mean %s, p50 %s, p90 %s, p99 %s, max %s.\n\n", report.Millis(lat.Mean), report.Millis(lat.P50), report.Millis(lat.P90), report.Millis(lat.P99), report.Millis(lat.Max))
 	fmt.Fprintf(&b, "Batcher (from /metrics): %.0f batches, mean %.1f texts per batch, mean inference %s per batch; the encoder was busy %.0f%% of the wall time, at %.0f tokens/s while busy.\n",
-		bd.Batches, bd.meanBatch(), ms(bd.meanInferenceMs()), 100*busy, encTokS)
+		bd.Batches, bd.meanBatch(), report.Millis(bd.meanInferenceMs()), 100*busy, encTokS)
 	if t.Failed > 0 {
 		fmt.Fprintf(&b, "\nFailures: %v, e.g. %s.\n", load.StatusCounts(ss), load.FirstError(ss))
 	}
 	res.Detail = b.String()
 	res.Data = map[string]any{"requests": len(ss), "ok": t.OK, "texts_per_s": rate, "latency": lat, "tokens": tokens,
-		"tokens_per_s": sumTok / wall.Seconds(), "batcher": bd, "encoder_busy": busy, "encoder_tokens_per_s_busy": nanNil(encTokS),
+		"tokens_per_s": sumTok / wall.Seconds(), "batcher": bd, "encoder_busy": busy, "encoder_tokens_per_s_busy": report.Finite(encTokS),
 		"cache_hits": t.Hits, "status": load.StatusCounts(ss)}
 	return res, nil
 }
 
-func scenarioConcHit(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
+func scenarioConcHit(ctx context.Context, env *gwEnv) (report.Scenario, error) {
 	n := env.cfg.HitClients
-	res := ScenarioResult{Name: "conc-hit", Title: fmt.Sprintf("%d concurrent clients, cache hits, /v1/classify, beside a bare net/http server", n)}
+	res := report.Scenario{Name: "conc-hit", Title: fmt.Sprintf("%d concurrent clients, cache hits, /v1/classify, beside a bare net/http server", n)}
 	c := load.NewClient(n, env.cfg.RequestTimeout)
 	url := env.url("/v1/classify")
 	bodies := make([][]byte, env.cfg.HitTexts)
@@ -266,16 +265,16 @@ func scenarioConcHit(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	}
 	g, h := stats.Summarize(gok), stats.Summarize(hok)
 	grate, hrate := float64(len(gok))/gwall.Seconds(), float64(len(hok))/hwall.Seconds()
-	res.Summary = []Metric{
+	res.Summary = []report.Metric{
 		{Name: "req/s", Value: fmt.Sprintf("%.0f", grate), Target: fmt.Sprintf("bare net/http %.0f req/s (gateway %.0f%% of it); seed 003: 63.8 req/s at 100 clients", hrate, 100*grate/hrate)},
-		{Name: "client p99", Value: ms(g.P99), Target: fmt.Sprintf("bare net/http p99 %s (gateway %.1f×)", ms(h.P99), g.P99/h.P99)},
+		{Name: "client p99", Value: report.Millis(g.P99), Target: fmt.Sprintf("bare net/http p99 %s (gateway %.1f×)", report.Millis(h.P99), g.P99/h.P99)},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d texts warmed first. Same Go client (keep-alive, %d idle connections per host), same bodies, %s each, one after the other; the baseline is `triage-bench hello`, a separate process answering a fixed small JSON.\n\n",
 		len(bodies), n, d)
 	b.WriteString("| server | requests | ok | req/s | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| gateway /v1/classify (hits) | %d | %d | %.0f | %s | %s | %s | %s |\n", len(gss), len(gok), grate, ms(g.P50), ms(g.P90), ms(g.P99), ms(g.Max))
-	fmt.Fprintf(&b, "| bare net/http | %d | %d | %.0f | %s | %s | %s | %s |\n", len(hss), len(hok), hrate, ms(h.P50), ms(h.P90), ms(h.P99), ms(h.Max))
+	fmt.Fprintf(&b, "| gateway /v1/classify (hits) | %d | %d | %.0f | %s | %s | %s | %s |\n", len(gss), len(gok), grate, report.Millis(g.P50), report.Millis(g.P90), report.Millis(g.P99), report.Millis(g.Max))
+	fmt.Fprintf(&b, "| bare net/http | %d | %d | %.0f | %s | %s | %s | %s |\n", len(hss), len(hok), hrate, report.Millis(h.P50), report.Millis(h.P90), report.Millis(h.P99), report.Millis(h.Max))
 	fmt.Fprintf(&b, "\nCache hits among the gateway's answers: %d of %d.\n", hits, len(gok))
 	if len(gok) < len(gss) {
 		fmt.Fprintf(&b, "Gateway failures: %v, e.g. %s.\n", load.StatusCounts(gss), load.FirstError(gss))
@@ -286,8 +285,8 @@ func scenarioConcHit(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	return res, nil
 }
 
-func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
-	res := ScenarioResult{Name: "overload", Title: "open-loop cache misses far beyond capacity, /v1/classify"}
+func scenarioOverload(ctx context.Context, env *gwEnv) (report.Scenario, error) {
+	res := report.Scenario{Name: "overload", Title: "open-loop cache misses far beyond capacity, /v1/classify"}
 	rate := env.cfg.OverloadRate
 	capNote := "set by --overload-rate"
 	if rate == 0 {
@@ -384,20 +383,20 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	sentRate := float64(len(ol.Samples)) / ol.Sent.Seconds()
 	okRate := float64(okLat.N) / ol.Wall.Seconds()
 	mib := func(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
-	res.Summary = []Metric{
+	res.Summary = []report.Metric{
 		{Name: "offered / sent", Value: fmt.Sprintf("%.0f / %.0f req/s", float64(ol.Offered)/d.Seconds(), sentRate), Target: capNote + fmt.Sprintf("; %d dropped at the client's %d in-flight bound", ol.Dropped, env.cfg.OverloadFlight)},
-		{Name: "status counts", Value: countsString(counts), Target: "429 expected beyond the batcher queue"},
-		{Name: "accepted: texts/s, p50 / p99", Value: fmt.Sprintf("%.1f, %s", okRate, p50p99(okLat)), Target: fmt.Sprintf("429s answered in p99 %s", ms(rejLat.P99))},
+		{Name: "status counts", Value: report.Counts(counts), Target: "429 expected beyond the batcher queue"},
+		{Name: "accepted: texts/s, p50 / p99", Value: fmt.Sprintf("%.1f, %s", okRate, report.P50P99(okLat)), Target: fmt.Sprintf("429s answered in p99 %s", report.Millis(rejLat.P99))},
 		{Name: "RSS before / peak / after", Value: fmt.Sprintf("%s / %s / %s", mib(rssBefore), mib(rssPeak), mib(rssAfter)), Target: "sampled every second; after = 3 s after the last answer"},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Poisson arrivals at %.0f/s for %s (%s), each a distinct text; at most %d requests outstanding on the client side (arrivals beyond are dropped and counted, not queued). Client timeout %s.\n\n",
 		rate, d, capNote, env.cfg.OverloadFlight, env.cfg.RequestTimeout)
 	fmt.Fprintf(&b, "Arrivals %d, sent %d, dropped at the client %d. Answers by status: %s. The run took %.1f s from the first arrival to the last answer.\n\n",
-		ol.Offered, len(ol.Samples), ol.Dropped, countsString(counts), ol.Wall.Seconds())
+		ol.Offered, len(ol.Samples), ol.Dropped, report.Counts(counts), ol.Wall.Seconds())
 	b.WriteString("| answers | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| 200 | %d | %s | %s | %s | %s |\n", okLat.N, ms(okLat.P50), ms(okLat.P90), ms(okLat.P99), ms(okLat.Max))
-	fmt.Fprintf(&b, "| 429 | %d | %s | %s | %s | %s |\n", rejLat.N, ms(rejLat.P50), ms(rejLat.P90), ms(rejLat.P99), ms(rejLat.Max))
+	fmt.Fprintf(&b, "| 200 | %d | %s | %s | %s | %s |\n", okLat.N, report.Millis(okLat.P50), report.Millis(okLat.P90), report.Millis(okLat.P99), report.Millis(okLat.Max))
+	fmt.Fprintf(&b, "| 429 | %d | %s | %s | %s | %s |\n", rejLat.N, report.Millis(rejLat.P50), report.Millis(rejLat.P90), report.Millis(rejLat.P99), report.Millis(rejLat.Max))
 	b.WriteString("\nGateway every second (from /metrics):\n\n| t (s) | RSS MiB | batcher queue | in flight |\n|---|---|---|---|\n")
 	for _, p := range points {
 		fmt.Fprintf(&b, "| %.0f | %.0f | %.0f | %.0f |\n", p.T, p.RSS/(1<<20), p.Queue, p.InFlight)
@@ -408,31 +407,18 @@ func scenarioOverload(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
 	}
 	res.Detail = b.String()
 	res.Data = map[string]any{"rate": rate, "offered": ol.Offered, "sent": len(ol.Samples), "dropped": ol.Dropped, "status": counts,
-		"ok_latency": okLat, "rejected_latency": rejLat, "ok_per_s": okRate, "rss_before": nanNil(rssBefore), "rss_peak": nanNil(rssPeak),
-		"rss_after": nanNil(rssAfter), "samples": points}
+		"ok_latency": okLat, "rejected_latency": rejLat, "ok_per_s": okRate, "rss_before": report.Finite(rssBefore), "rss_peak": report.Finite(rssPeak),
+		"rss_after": report.Finite(rssAfter), "samples": points}
 	return res, nil
-}
-
-func countsString(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
-	}
-	return strings.Join(parts, ", ")
 }
 
 // reasonOrder lists decision reasons in table order; others follow sorted.
 var reasonOrder = []string{"slow_granted", "fast_model", "load_shedding", "slow_saturated", "slow_unhealthy"}
 
-func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
+func scenarioQueryProcess(ctx context.Context, env *gwEnv) (report.Scenario, error) {
 	n := env.cfg.QPClients
 	d := env.cfg.duration("query-process")
-	res := ScenarioResult{Name: "query-process", Title: fmt.Sprintf("%d concurrent clients on /v1/query-process, built-in simulated pools", n)}
+	res := report.Scenario{Name: "query-process", Title: fmt.Sprintf("%d concurrent clients on /v1/query-process, built-in simulated pools", n)}
 	texts, err := newTextSource(env.rows, env.cfg.Seed+7, false)
 	if err != nil {
 		return res, err
@@ -560,15 +546,15 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 		peak = max(peak, g.SlowActive)
 	}
 	first, last := rows[0], rows[len(rows)-1]
-	res.Summary = []Metric{
-		{Name: "requests/s, latency p50 / p99", Value: fmt.Sprintf("%.1f, %s", float64(okN)/wall.Seconds(), p50p99(lat)), Target: fmt.Sprintf("%d clients ramped up over %s", n, ramp)},
+	res.Summary = []report.Metric{
+		{Name: "requests/s, latency p50 / p99", Value: fmt.Sprintf("%.1f, %s", float64(okN)/wall.Seconds(), report.P50P99(lat)), Target: fmt.Sprintf("%d clients ramped up over %s", n, ramp)},
 		{Name: "load_shedding share: first second → last second", Value: fmt.Sprintf("%.0f%% → %.0f%%", share(first, "load_shedding"), share(last, "load_shedding")),
 			Target: fmt.Sprintf("rises as the slow semaphore fills (peak slow_active %.0f)", peak)},
 		{Name: "decisions overall", Value: sharesString(reasons, totalShare)},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d requests in %.1f s (%d ok, %d failed). The texts cycle over %d Dolly texts of the four categories, warmed into the result cache first, so the classifier is out of the way and each request is decided again under the current slow-pool load (%d of the answers were cache hits). Latency mean %s, p50 %s, p99 %s.\n\n",
-		len(ss), wall.Seconds(), okN, len(ss)-okN, nTexts, cacheHits, ms(lat.Mean), ms(lat.P50), ms(lat.P99))
+		len(ss), wall.Seconds(), okN, len(ss)-okN, nTexts, cacheHits, report.Millis(lat.Mean), report.Millis(lat.P50), report.Millis(lat.P99))
 	fmt.Fprintf(&b, "Clients join one by one over the first %s, then all %d run until %s. Share of decisions by reason (x-router-reason) per second of send time, with the slow semaphore (triage_slow_active, peak %d) and the threshold sampled from /metrics at the second's end:\n\n",
 		ramp, n, d, int(peakMax(gauges, func(g gauge) float64 { return g.SlowActive })))
 	b.WriteString("| t (s) | answers |")
@@ -587,10 +573,10 @@ func scenarioQueryProcess(ctx context.Context, env *gwEnv) (ScenarioResult, erro
 			fmt.Fprintf(&b, " %.0f%% |", share(r, reason))
 		}
 		act, thr := gaugeAt(t0, t0+bucket)
-		fmt.Fprintf(&b, " %d | %s | %s |\n", r.failed, fmtNum(act, 0), fmtNum(thr, 3))
+		fmt.Fprintf(&b, " %d | %s | %s |\n", r.failed, report.Number(act, 0), report.Number(thr, 3))
 	}
 	if len(ss) > okN {
-		fmt.Fprintf(&b, "\nFailures: %s, e.g. %s.\n", countsString(load.StatusCounts(ss)), load.FirstError(ss))
+		fmt.Fprintf(&b, "\nFailures: %s, e.g. %s.\n", report.Counts(load.StatusCounts(ss)), load.FirstError(ss))
 	}
 	res.Detail = b.String()
 	series := make([]map[string]any, len(rows))
@@ -608,28 +594,6 @@ func sharesString(reasons []string, share func(string) float64) string {
 		parts[i] = fmt.Sprintf("%s %.0f%%", r, share(r))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func fmtNum(v float64, prec int) string {
-	if math.IsNaN(v) {
-		return "—"
-	}
-	return fmt.Sprintf("%.*f", prec, v)
-}
-
-func pass(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "missed"
-}
-
-// nanNil keeps NaN out of JSON (encoding/json rejects it).
-func nanNil(v float64) any {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil
-	}
-	return v
 }
 
 // warmClassify classifies texts 0..n-1 of src in /v1/classify batches of

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"context"
@@ -7,19 +7,21 @@ import (
 	"github.com/triage-gw/triage/bench/stats"
 )
 
-// noiseProbe measures how late this process's timers fire while a
+// timerProbe measures how late this process's timers fire while a
 // benchmark runs: on a shared, loaded machine every simulated delay and
 // every measured latency stretches by about as much, so reports carry it.
-type noiseProbe struct {
+type timerProbe struct {
 	late []time.Duration
 	done chan struct{}
 }
 
-// startNoiseProbe wakes every 10 ms until ctx ends; stop returns the
-// summary of how late each wake-up was.
-func startNoiseProbe(ctx context.Context) (stop func() stats.Summary) {
+// StartTimerProbe measures the machine's scheduling noise: a goroutine sets
+// a 10 ms timer, again and again, until ctx ends or stop is called. stop
+// waits for the goroutine and returns the summary, in milliseconds, of how
+// late each timer fired.
+func StartTimerProbe(ctx context.Context) (stop func() stats.Summary) {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &noiseProbe{done: make(chan struct{})}
+	p := &timerProbe{done: make(chan struct{})}
 	const every = 10 * time.Millisecond
 	go func() {
 		defer close(p.done)
