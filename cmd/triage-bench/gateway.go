@@ -63,35 +63,9 @@ func (c *gatewayConfig) duration(scenario string) time.Duration {
 	return scenarioDefaults[scenario]
 }
 
-func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) {
-	fs := flag.NewFlagSet("triage-bench gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := &gatewayConfig{}
-	scenarios := strings.Join(gatewayScenarios, ",")
-	proxyClients := "1,8"
-	fs.StringVar(&c.Bin, "triage-bin", "bin/triage", "gateway binary to start (build it with: go build -o bin/ ./cmd/...)")
-	fs.StringVar(&c.Config, "config", "", "gateway config for the scenarios other than proxy-cost (empty: built-in defaults and simulated pools)")
-	fs.StringVar(&c.Workdir, "workdir", ".", "working directory of the gateway (its default model paths are relative to the repository root)")
-	fs.StringVar(&scenarios, "scenarios", scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(gatewayScenarios, ", "))
-	fs.DurationVar(&c.Duration, "duration", 0, "length of every scenario; 0 means each scenario's default (seq-miss, conc-miss 10s; conc-hit 10s for the gateway and 10s for the baseline; overload 15s; query-process 20s; proxy-cost 10s per client count)")
-	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the text order and of the overload arrivals")
-	fs.IntVar(&c.SeqRequests, "seq-requests", 2000, "cap on seq-miss requests")
-	fs.IntVar(&c.MissClients, "miss-clients", 32, "concurrent clients of conc-miss")
-	fs.IntVar(&c.HitClients, "hit-clients", 64, "concurrent clients of conc-hit (gateway and baseline)")
-	fs.IntVar(&c.HitTexts, "hit-texts", 64, "texts warmed into the cache for conc-hit")
-	fs.Float64Var(&c.OverloadFactor, "overload-factor", 10, "overload arrival rate as a multiple of conc-miss's measured texts/s")
-	fs.Float64Var(&c.OverloadRate, "overload-rate", 0, "overload arrival rate in requests/s (0: --overload-factor × conc-miss capacity, measured in a 3 s probe if conc-miss did not run)")
-	fs.IntVar(&c.OverloadFlight, "overload-max-in-flight", 2000, "client-side bound on outstanding overload requests; arrivals beyond it are dropped and counted")
-	fs.IntVar(&c.QPClients, "qp-clients", 100, "concurrent clients of query-process")
-	fs.Float64Var(&c.QPRamp, "qp-ramp", 0.5, "share of the query-process run over which its clients join one by one, so the slow semaphore fills gradually")
-	fs.IntVar(&c.QPTexts, "qp-texts", 64, "distinct texts query-process cycles over (warmed into the result cache first)")
-	fs.StringVar(&proxyClients, "proxy-clients", proxyClients, "comma-separated client counts of proxy-cost")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", 40*time.Second, "client timeout of one request (above the gateway's own 30 s request_timeout, so its 504s are seen as answers)")
-	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 3*time.Minute, "how long to wait for the gateway's /readyz")
-	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the texts come from")
-	fs.StringVar(&c.out, "out", "", "directory for results.json, table.md and the gateway logs (empty: stdout only, logs in a temp dir)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: triage-bench gateway [flags]
+// gatewayUsage heads the gateway subcommand's -h; the client counts are
+// filled in by fs.Usage.
+const gatewayUsage = `Usage: triage-bench gateway [flags]
 
 Starts the gateway (--triage-bin) as a subprocess on a free 127.0.0.1 port,
 waits for /readyz and runs the scenarios, each bounded in time and count:
@@ -114,7 +88,17 @@ waits for /readyz and runs the scenarios, each bounded in time and count:
                  minus TTFT direct to it (1 and 8 clients)
 
 Traffic goes to 127.0.0.1 only. Flags:
-`, 32, 64, 100)
+`
+
+func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) {
+	fs := flag.NewFlagSet("triage-bench gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &gatewayConfig{}
+	scenarios := strings.Join(gatewayScenarios, ",")
+	proxyClients := "1,8"
+	c.bindFlags(fs, &scenarios, &proxyClients)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), gatewayUsage, 32, 64, 100)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -123,6 +107,44 @@ Traffic goes to 127.0.0.1 only. Flags:
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
 	}
+	errs := c.setLists(scenarios, proxyClients)
+	errs = append(errs, c.validate()...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// bindFlags defines the gateway subcommand's flags on fs, into c and, for
+// the two comma-separated lists, into scenarios and proxyClients, whose
+// current values are the defaults.
+func (c *gatewayConfig) bindFlags(fs *flag.FlagSet, scenarios, proxyClients *string) {
+	fs.StringVar(&c.Bin, "triage-bin", "bin/triage", "gateway binary to start (build it with: go build -o bin/ ./cmd/...)")
+	fs.StringVar(&c.Config, "config", "", "gateway config for the scenarios other than proxy-cost (empty: built-in defaults and simulated pools)")
+	fs.StringVar(&c.Workdir, "workdir", ".", "working directory of the gateway (its default model paths are relative to the repository root)")
+	fs.StringVar(scenarios, "scenarios", *scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(gatewayScenarios, ", "))
+	fs.DurationVar(&c.Duration, "duration", 0, "length of every scenario; 0 means each scenario's default (seq-miss, conc-miss 10s; conc-hit 10s for the gateway and 10s for the baseline; overload 15s; query-process 20s; proxy-cost 10s per client count)")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the text order and of the overload arrivals")
+	fs.IntVar(&c.SeqRequests, "seq-requests", 2000, "cap on seq-miss requests")
+	fs.IntVar(&c.MissClients, "miss-clients", 32, "concurrent clients of conc-miss")
+	fs.IntVar(&c.HitClients, "hit-clients", 64, "concurrent clients of conc-hit (gateway and baseline)")
+	fs.IntVar(&c.HitTexts, "hit-texts", 64, "texts warmed into the cache for conc-hit")
+	fs.Float64Var(&c.OverloadFactor, "overload-factor", 10, "overload arrival rate as a multiple of conc-miss's measured texts/s")
+	fs.Float64Var(&c.OverloadRate, "overload-rate", 0, "overload arrival rate in requests/s (0: --overload-factor × conc-miss capacity, measured in a 3 s probe if conc-miss did not run)")
+	fs.IntVar(&c.OverloadFlight, "overload-max-in-flight", 2000, "client-side bound on outstanding overload requests; arrivals beyond it are dropped and counted")
+	fs.IntVar(&c.QPClients, "qp-clients", 100, "concurrent clients of query-process")
+	fs.Float64Var(&c.QPRamp, "qp-ramp", 0.5, "share of the query-process run over which its clients join one by one, so the slow semaphore fills gradually")
+	fs.IntVar(&c.QPTexts, "qp-texts", 64, "distinct texts query-process cycles over (warmed into the result cache first)")
+	fs.StringVar(proxyClients, "proxy-clients", *proxyClients, "comma-separated client counts of proxy-cost")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", 40*time.Second, "client timeout of one request (above the gateway's own 30 s request_timeout, so its 504s are seen as answers)")
+	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 3*time.Minute, "how long to wait for the gateway's /readyz")
+	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the texts come from")
+	fs.StringVar(&c.out, "out", "", "directory for results.json, table.md and the gateway logs (empty: stdout only, logs in a temp dir)")
+}
+
+// setLists parses the comma-separated --scenarios and --proxy-clients into
+// c, skipping empty items, and returns an error for every bad one.
+func (c *gatewayConfig) setLists(scenarios, proxyClients string) []error {
 	var errs []error
 	for _, s := range strings.Split(scenarios, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -145,6 +167,12 @@ Traffic goes to 127.0.0.1 only. Flags:
 		}
 		c.ProxyClients = append(c.ProxyClients, n)
 	}
+	return errs
+}
+
+// validate returns an error for every out-of-range field, named by its flag.
+func (c *gatewayConfig) validate() []error {
+	var errs []error
 	if len(c.Scenarios) == 0 {
 		errs = append(errs, errors.New("gateway: --scenarios is empty"))
 	}
@@ -172,10 +200,7 @@ Traffic goes to 127.0.0.1 only. Flags:
 	if c.RequestTimeout <= 0 || c.StartupTimeout <= 0 {
 		errs = append(errs, errors.New("gateway: --request-timeout and --startup-timeout must be > 0"))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return errs
 }
 
 // gwEnv is what scenarios share: the running gateway, text sources and
