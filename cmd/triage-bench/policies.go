@@ -76,15 +76,11 @@ func defaultSweepSim() sim.Config {
 	return c
 }
 
-func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
-	fs := flag.NewFlagSet("triage-bench policies", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := &sweepConfig{Sim: defaultSweepSim(), Trace: trace.DefaultConfig()}
-	t := &c.Trace
-	policies := strings.Join(sweepPolicies, ",")
-
+// bindFlags defines the sweep's own flags on fs, into c and, for the
+// comma-separated policy list, into policies, whose value is the default.
+func (c *sweepConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.IntVar(&c.Replicas, "replicas", 4, "simulated replicas (sim servers on 127.0.0.1:0, fresh for every policy)")
-	fs.StringVar(&policies, "policies", policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
+	fs.StringVar(policies, "policies", *policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
 	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the prompts come from")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", time.Second, "how often the pool scrapes each replica's /metrics (queue depth, KV use)")
 	fs.DurationVar(&c.Drain, "drain", 20*time.Second, "after the last arrival, how long to wait for answers before cutting them (counted as errors)")
@@ -92,8 +88,11 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	fs.BoolVar(&c.plot, "plot", false, "run --plot-script on results.csv to draw policies.png into --out")
 	fs.StringVar(&c.python, "python", ".deps/venv/bin/python", "Python interpreter with matplotlib, for --plot")
 	fs.StringVar(&c.plotScript, "plot-script", "bench/plot_policies.py", "plotting script, for --plot")
+}
 
-	// Trace.
+// bindTraceFlags defines the trace's flags on fs, into t, whose values are
+// the defaults.
+func bindTraceFlags(fs *flag.FlagSet, t *trace.Config) {
 	fs.Uint64Var(&t.Seed, "seed", t.Seed, "seed of the trace (and of the random policy)")
 	fs.Float64Var(&t.Rate, "rate", t.Rate, "Poisson arrival rate, requests per second")
 	fs.DurationVar(&t.Duration, "duration", t.Duration, "arrival window per policy")
@@ -111,8 +110,11 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	fs.IntVar(&t.AnswerBytes, "answer-bytes", t.AnswerBytes, "cap on each assistant message kept in the history")
 	fs.DurationVar(&t.MinThink, "min-think", t.MinThink, "least planned gap between two turns of a session")
 	fs.IntVar(&t.Users, "users", t.Users, "distinct users (vtc-basic's fairness key)")
+}
 
-	// Replicas.
+// bindReplicaFlags defines the simulated replicas' flags on fs, into c.Sim
+// (whose values are the defaults) and c.MaxTokens.
+func (c *sweepConfig) bindReplicaFlags(fs *flag.FlagSet) {
 	s := &c.Sim
 	fs.IntVar(&s.MaxRunning, "max-running", s.MaxRunning, "batch slots per replica")
 	fs.IntVar(&s.MaxWaiting, "max-waiting", s.MaxWaiting, "queue bound per replica (beyond it 429)")
@@ -123,7 +125,16 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	fs.IntVar(&s.BlockChars, "block-chars", s.BlockChars, "replica prefix-cache block size in bytes")
 	fs.IntVar(&s.KVCacheBlocks, "kv-blocks", s.KVCacheBlocks, "replica prefix-cache capacity in blocks")
 	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max_tokens of every request (output length)")
+}
 
+func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
+	fs := flag.NewFlagSet("triage-bench policies", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &sweepConfig{Sim: defaultSweepSim(), Trace: trace.DefaultConfig()}
+	policies := strings.Join(sweepPolicies, ",")
+	c.bindFlags(fs, &policies)
+	bindTraceFlags(fs, &c.Trace)
+	c.bindReplicaFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: triage-bench policies [flags]
 
@@ -153,6 +164,16 @@ Flags:
 		}
 		c.Policies = append(c.Policies, p)
 	}
+	if err := c.finish(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// finish gives the replicas --max-tokens as their output length and
+// reports every out-of-range field: the sweep's by flag name, then the
+// replicas' and the trace's.
+func (c *sweepConfig) finish() error {
 	var errs []error
 	if len(c.Policies) == 0 {
 		errs = append(errs, errors.New("policies: --policies is empty"))
@@ -169,13 +190,11 @@ Flags:
 	if c.ScrapeInterval < 0 {
 		errs = append(errs, fmt.Errorf("policies: --scrape-interval must be >= 0, got %s", c.ScrapeInterval))
 	}
+	s := &c.Sim
 	s.DefaultMaxTokens = c.MaxTokens
 	s.MaxOutputTokens = max(s.MaxOutputTokens, c.MaxTokens)
-	errs = append(errs, s.Validate(), t.Validate())
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return c, nil
+	errs = append(errs, s.Validate(), c.Trace.Validate())
+	return errors.Join(errs...)
 }
 
 // policyConfig maps a sweep policy name to the pool's policy config. The

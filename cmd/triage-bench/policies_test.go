@@ -82,3 +82,29 @@ func testRows() []dolly.Row {
 	}
 	return rows
 }
+
+func TestParsePoliciesFlags(t *testing.T) {
+	c, err := parsePoliciesFlags(nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, sweepPolicies, c.Policies)
+	require.Equal(t, trace.DefaultConfig(), c.Trace)
+	require.Equal(t, 16, c.Sim.DefaultMaxTokens, "the replicas answer --max-tokens tokens")
+
+	c, err = parsePoliciesFlags([]string{"--policies", "random, lmetric-sticky,", "--max-tokens", "4096", "--seed", "3"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"random", "lmetric-sticky"}, c.Policies)
+	require.Equal(t, 4096, c.Sim.DefaultMaxTokens)
+	require.GreaterOrEqual(t, c.Sim.MaxOutputTokens, 4096, "raised so the replicas accept it")
+	require.EqualValues(t, 3, c.Trace.Seed)
+
+	_, err = parsePoliciesFlags([]string{"--policies", "nope"}, io.Discard)
+	require.ErrorContains(t, err, `policy "nope"`)
+
+	_, err = parsePoliciesFlags([]string{"--replicas", "0", "--drain", "0", "--rate", "0"}, io.Discard)
+	require.Error(t, err)
+	require.Equal(t, []string{
+		"policies: --replicas must be >= 1, got 0",
+		"policies: --drain must be > 0, got 0s",
+		"trace rate: must be a finite number > 0, got 0",
+	}, strings.Split(err.Error(), "\n"), "every problem reported: the sweep's, then the trace's")
+}
