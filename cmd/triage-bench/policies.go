@@ -383,8 +383,20 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	res.Wall = time.Since(start).Seconds()
 	res.TimerLate = stopProbe()
 
+	res.tally(out, servers, index)
+
+	cancel()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return res, err
+	}
+	return res, nil
+}
+
+// tally fills in res from the replayed requests and from the replicas' own
+// prefix-cache counters; index maps a replica's ID to its place in servers.
+func (res *PolicyResult) tally(out []requestResult, servers []*sim.Server, index map[string]int) {
 	var ttft, e2e []time.Duration
-	res.PerReplica = make([]int, c.Replicas)
+	res.PerReplica = make([]int, len(servers))
 	for _, r := range out {
 		if r.held {
 			res.Held++
@@ -419,12 +431,6 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		load[i] = float64(n)
 	}
 	res.LoadMaxMean, res.Jain = stats.MaxOverMean(load), stats.JainIndex(load)
-
-	cancel()
-	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-		return res, err
-	}
-	return res, nil
 }
 
 // waitScraped waits until every replica has been scraped once, so the
