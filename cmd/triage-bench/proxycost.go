@@ -107,56 +107,81 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (report.Scenario, error)
 
 	var levels []proxyLevel
 	for _, n := range env.cfg.ProxyClients {
-		c := load.NewClient(n, env.cfg.RequestTimeout)
-		// Warm connections on both paths and the gateway's result cache.
-		for i := range 2 * n {
-			s, _ := load.PostStream(ctx, c, urls[i%2], body)
-			if !s.OK() {
-				return res, fmt.Errorf("warm-up on %s: %s", urls[i%2], load.FirstError([]load.Sample{s}))
-			}
+		lv, err := measureProxyCost(ctx, env, urls, body, n, d)
+		if err != nil {
+			return res, err
 		}
-		var (
-			mu         sync.Mutex
-			ttft       [2][]time.Duration
-			hits, fail int
-			firstErr   string
-		)
-		turn := make([]int, n) // each worker alternates direct and gateway, starting differently
-		load.ClosedLoop{Workers: n, Duration: d}.Run(ctx, func(ctx context.Context, w int, _ int64) load.Sample {
-			path := (w + turn[w]) % 2
-			turn[w]++
-			s, st := load.PostStream(ctx, c, urls[path], body)
-			mu.Lock()
-			defer mu.Unlock()
-			if !s.OK() {
-				fail++
-				if firstErr == "" {
-					firstErr = load.FirstError([]load.Sample{s})
-				}
-				return s
-			}
-			ttft[path] = append(ttft[path], st.TTFT)
-			if path == 1 && s.Header.Get("x-router-cache") == "hit" {
-				hits++
-			}
-			return s
-		})
-		c.CloseIdleConnections()
-		lv := proxyLevel{Clients: n, Direct: stats.Summarize(ttft[0]), Gateway: stats.Summarize(ttft[1]), CacheHits: hits, Failed: fail, FirstErr: firstErr}
-		lv.AddedP50 = lv.Gateway.P50 - lv.Direct.P50
-		lv.AddedP99 = lv.Gateway.P99 - lv.Direct.P99
 		levels = append(levels, lv)
 		fmt.Fprintf(env.stderr, "  %d clients: added TTFT p50 %s, p99 %s\n", n, report.Millis(lv.AddedP50), report.Millis(lv.AddedP99))
 	}
+	res.Summary = proxyCostSummary(levels)
+	res.Detail = proxyCostDetail(levels, cfgPath, d)
+	res.Data = levels
+	return res, nil
+}
 
+// measureProxyCost runs n clients for d, each alternating the same request
+// direct to the replica (urls[0]) and through the gateway (urls[1]), and
+// returns both paths' TTFT. Every client warms both paths first.
+func measureProxyCost(ctx context.Context, env *gwEnv, urls [2]string, body []byte, n int, d time.Duration) (proxyLevel, error) {
+	c := load.NewClient(n, env.cfg.RequestTimeout)
+	defer c.CloseIdleConnections()
+	// Warm connections on both paths and the gateway's result cache.
+	for i := range 2 * n {
+		s, _ := load.PostStream(ctx, c, urls[i%2], body)
+		if !s.OK() {
+			return proxyLevel{}, fmt.Errorf("warm-up on %s: %s", urls[i%2], load.FirstError([]load.Sample{s}))
+		}
+	}
+	var (
+		mu         sync.Mutex
+		ttft       [2][]time.Duration
+		hits, fail int
+		firstErr   string
+	)
+	turn := make([]int, n) // each worker alternates direct and gateway, starting differently
+	load.ClosedLoop{Workers: n, Duration: d}.Run(ctx, func(ctx context.Context, w int, _ int64) load.Sample {
+		path := (w + turn[w]) % 2
+		turn[w]++
+		s, st := load.PostStream(ctx, c, urls[path], body)
+		mu.Lock()
+		defer mu.Unlock()
+		if !s.OK() {
+			fail++
+			if firstErr == "" {
+				firstErr = load.FirstError([]load.Sample{s})
+			}
+			return s
+		}
+		ttft[path] = append(ttft[path], st.TTFT)
+		if path == 1 && s.Header.Get("x-router-cache") == "hit" {
+			hits++
+		}
+		return s
+	})
+	lv := proxyLevel{Clients: n, Direct: stats.Summarize(ttft[0]), Gateway: stats.Summarize(ttft[1]), CacheHits: hits, Failed: fail, FirstErr: firstErr}
+	lv.AddedP50 = lv.Gateway.P50 - lv.Direct.P50
+	lv.AddedP99 = lv.Gateway.P99 - lv.Direct.P99
+	return lv, nil
+}
+
+// proxyCostSummary is one summary line per client count against the
+// targets: at most 1 ms added at p50 and 5 ms at p99.
+func proxyCostSummary(levels []proxyLevel) []report.Metric {
+	var out []report.Metric
 	for _, lv := range levels {
-		res.Summary = append(res.Summary, report.Metric{
+		out = append(out, report.Metric{
 			Name:  fmt.Sprintf("added TTFT p50 / p99, %d client(s)", lv.Clients),
 			Value: fmt.Sprintf("%s / %s", report.Millis(lv.AddedP50), report.Millis(lv.AddedP99)),
 			Target: fmt.Sprintf("p50 ≤ 1 ms: %s, p99 ≤ 5 ms: %s (direct p50 %s, p99 %s)",
 				report.Verdict(lv.AddedP50 <= 1), report.Verdict(lv.AddedP99 <= 5), report.Millis(lv.Direct.P50), report.Millis(lv.Direct.P99)),
 		})
 	}
+	return out
+}
+
+// proxyCostDetail renders the setup and both paths' TTFT per client count.
+func proxyCostDetail(levels []proxyLevel, cfgPath string, d time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "A mockllm replica runs inside triage-bench with no TTFT base, no prefill cost, 0.2 ms per token and no jitter; a second gateway (config `%s`) has both pools pointing at it. "+
 		"Every worker alternates a request direct to the replica and one through the gateway, with the same body (same last user message, so the gateway's classification is a cache hit after the warm-up), streaming, max_tokens 4, for %s per client count. TTFT is measured to the first SSE data event.\n\n", cfgPath, d)
@@ -179,7 +204,5 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (report.Scenario, error)
 		b.WriteString(".")
 	}
 	b.WriteString("\n")
-	res.Detail = b.String()
-	res.Data = levels
-	return res, nil
+	return b.String()
 }
