@@ -106,6 +106,12 @@ func (g *gatewayProc) metrics(ctx context.Context) (promtext.Samples, error) {
 	return promtext.Scrape(ctx, g.client, g.base+"/metrics")
 }
 
+// pollMetrics scrapes the gateway's /metrics every interval until stop is
+// called (see promtext.Poll).
+func (g *gatewayProc) pollMetrics(ctx context.Context, interval time.Duration, record func(since time.Duration, m promtext.Samples)) (stop func()) {
+	return promtext.Poll(ctx, g.client, g.base+"/metrics", interval, record)
+}
+
 // waitIdle waits until the gateway reports no request in flight but the
 // scrape itself, so one scenario's stragglers do not load the next.
 func (g *gatewayProc) waitIdle(ctx context.Context, limit time.Duration) error {
