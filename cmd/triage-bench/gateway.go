@@ -1,23 +1,20 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/triage-gw/triage/bench/dolly"
+	"github.com/triage-gw/triage/bench/report"
 )
 
 // gatewayScenarios are the gateway subcommand's scenarios, in run order.
@@ -66,35 +63,9 @@ func (c *gatewayConfig) duration(scenario string) time.Duration {
 	return scenarioDefaults[scenario]
 }
 
-func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) {
-	fs := flag.NewFlagSet("triage-bench gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := &gatewayConfig{}
-	scenarios := strings.Join(gatewayScenarios, ",")
-	proxyClients := "1,8"
-	fs.StringVar(&c.Bin, "triage-bin", "bin/triage", "gateway binary to start (build it with: go build -o bin/ ./cmd/...)")
-	fs.StringVar(&c.Config, "config", "", "gateway config for the scenarios other than proxy-cost (empty: built-in defaults and simulated pools)")
-	fs.StringVar(&c.Workdir, "workdir", ".", "working directory of the gateway (its default model paths are relative to the repository root)")
-	fs.StringVar(&scenarios, "scenarios", scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(gatewayScenarios, ", "))
-	fs.DurationVar(&c.Duration, "duration", 0, "length of every scenario; 0 means each scenario's default (seq-miss, conc-miss 10s; conc-hit 10s for the gateway and 10s for the baseline; overload 15s; query-process 20s; proxy-cost 10s per client count)")
-	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the text order and of the overload arrivals")
-	fs.IntVar(&c.SeqRequests, "seq-requests", 2000, "cap on seq-miss requests")
-	fs.IntVar(&c.MissClients, "miss-clients", 32, "concurrent clients of conc-miss")
-	fs.IntVar(&c.HitClients, "hit-clients", 64, "concurrent clients of conc-hit (gateway and baseline)")
-	fs.IntVar(&c.HitTexts, "hit-texts", 64, "texts warmed into the cache for conc-hit")
-	fs.Float64Var(&c.OverloadFactor, "overload-factor", 10, "overload arrival rate as a multiple of conc-miss's measured texts/s")
-	fs.Float64Var(&c.OverloadRate, "overload-rate", 0, "overload arrival rate in requests/s (0: --overload-factor × conc-miss capacity, measured in a 3 s probe if conc-miss did not run)")
-	fs.IntVar(&c.OverloadFlight, "overload-max-in-flight", 2000, "client-side bound on outstanding overload requests; arrivals beyond it are dropped and counted")
-	fs.IntVar(&c.QPClients, "qp-clients", 100, "concurrent clients of query-process")
-	fs.Float64Var(&c.QPRamp, "qp-ramp", 0.5, "share of the query-process run over which its clients join one by one, so the slow semaphore fills gradually")
-	fs.IntVar(&c.QPTexts, "qp-texts", 64, "distinct texts query-process cycles over (warmed into the result cache first)")
-	fs.StringVar(&proxyClients, "proxy-clients", proxyClients, "comma-separated client counts of proxy-cost")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", 40*time.Second, "client timeout of one request (above the gateway's own 30 s request_timeout, so its 504s are seen as answers)")
-	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 3*time.Minute, "how long to wait for the gateway's /readyz")
-	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the texts come from")
-	fs.StringVar(&c.out, "out", "", "directory for results.json, table.md and the gateway logs (empty: stdout only, logs in a temp dir)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: triage-bench gateway [flags]
+// gatewayUsage heads the gateway subcommand's -h; the client counts are
+// filled in by fs.Usage.
+const gatewayUsage = `Usage: triage-bench gateway [flags]
 
 Starts the gateway (--triage-bin) as a subprocess on a free 127.0.0.1 port,
 waits for /readyz and runs the scenarios, each bounded in time and count:
@@ -117,7 +88,17 @@ waits for /readyz and runs the scenarios, each bounded in time and count:
                  minus TTFT direct to it (1 and 8 clients)
 
 Traffic goes to 127.0.0.1 only. Flags:
-`, 32, 64, 100)
+`
+
+func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) {
+	fs := flag.NewFlagSet("triage-bench gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &gatewayConfig{}
+	scenarios := strings.Join(gatewayScenarios, ",")
+	proxyClients := "1,8"
+	c.bindFlags(fs, &scenarios, &proxyClients)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), gatewayUsage, 32, 64, 100)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -126,6 +107,44 @@ Traffic goes to 127.0.0.1 only. Flags:
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
 	}
+	errs := c.setLists(scenarios, proxyClients)
+	errs = append(errs, c.validate()...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// bindFlags defines the gateway subcommand's flags on fs, into c and, for
+// the two comma-separated lists, into scenarios and proxyClients, whose
+// current values are the defaults.
+func (c *gatewayConfig) bindFlags(fs *flag.FlagSet, scenarios, proxyClients *string) {
+	fs.StringVar(&c.Bin, "triage-bin", "bin/triage", "gateway binary to start (build it with: go build -o bin/ ./cmd/...)")
+	fs.StringVar(&c.Config, "config", "", "gateway config for the scenarios other than proxy-cost (empty: built-in defaults and simulated pools)")
+	fs.StringVar(&c.Workdir, "workdir", ".", "working directory of the gateway (its default model paths are relative to the repository root)")
+	fs.StringVar(scenarios, "scenarios", *scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(gatewayScenarios, ", "))
+	fs.DurationVar(&c.Duration, "duration", 0, "length of every scenario; 0 means each scenario's default (seq-miss, conc-miss 10s; conc-hit 10s for the gateway and 10s for the baseline; overload 15s; query-process 20s; proxy-cost 10s per client count)")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the text order and of the overload arrivals")
+	fs.IntVar(&c.SeqRequests, "seq-requests", 2000, "cap on seq-miss requests")
+	fs.IntVar(&c.MissClients, "miss-clients", 32, "concurrent clients of conc-miss")
+	fs.IntVar(&c.HitClients, "hit-clients", 64, "concurrent clients of conc-hit (gateway and baseline)")
+	fs.IntVar(&c.HitTexts, "hit-texts", 64, "texts warmed into the cache for conc-hit")
+	fs.Float64Var(&c.OverloadFactor, "overload-factor", 10, "overload arrival rate as a multiple of conc-miss's measured texts/s")
+	fs.Float64Var(&c.OverloadRate, "overload-rate", 0, "overload arrival rate in requests/s (0: --overload-factor × conc-miss capacity, measured in a 3 s probe if conc-miss did not run)")
+	fs.IntVar(&c.OverloadFlight, "overload-max-in-flight", 2000, "client-side bound on outstanding overload requests; arrivals beyond it are dropped and counted")
+	fs.IntVar(&c.QPClients, "qp-clients", 100, "concurrent clients of query-process")
+	fs.Float64Var(&c.QPRamp, "qp-ramp", 0.5, "share of the query-process run over which its clients join one by one, so the slow semaphore fills gradually")
+	fs.IntVar(&c.QPTexts, "qp-texts", 64, "distinct texts query-process cycles over (warmed into the result cache first)")
+	fs.StringVar(proxyClients, "proxy-clients", *proxyClients, "comma-separated client counts of proxy-cost")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", 40*time.Second, "client timeout of one request (above the gateway's own 30 s request_timeout, so its 504s are seen as answers)")
+	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 3*time.Minute, "how long to wait for the gateway's /readyz")
+	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the texts come from")
+	fs.StringVar(&c.out, "out", "", "directory for results.json, table.md and the gateway logs (empty: stdout only, logs in a temp dir)")
+}
+
+// setLists parses the comma-separated --scenarios and --proxy-clients into
+// c, skipping empty items, and returns an error for every bad one.
+func (c *gatewayConfig) setLists(scenarios, proxyClients string) []error {
 	var errs []error
 	for _, s := range strings.Split(scenarios, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -148,6 +167,12 @@ Traffic goes to 127.0.0.1 only. Flags:
 		}
 		c.ProxyClients = append(c.ProxyClients, n)
 	}
+	return errs
+}
+
+// validate returns an error for every out-of-range field, named by its flag.
+func (c *gatewayConfig) validate() []error {
+	var errs []error
 	if len(c.Scenarios) == 0 {
 		errs = append(errs, errors.New("gateway: --scenarios is empty"))
 	}
@@ -175,10 +200,7 @@ Traffic goes to 127.0.0.1 only. Flags:
 	if c.RequestTimeout <= 0 || c.StartupTimeout <= 0 {
 		errs = append(errs, errors.New("gateway: --request-timeout and --startup-timeout must be > 0"))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return errs
 }
 
 // gwEnv is what scenarios share: the running gateway, text sources and
@@ -186,7 +208,7 @@ Traffic goes to 127.0.0.1 only. Flags:
 type gwEnv struct {
 	cfg    *gatewayConfig
 	gw     *gatewayProc
-	rows   []DollyRow
+	rows   []dolly.Row
 	misses *textSource // distinct texts, shared so no scenario repeats another's
 	logDir string
 	stderr io.Writer
@@ -213,7 +235,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	rows, err := LoadDolly(c.dolly)
+	rows, err := dolly.Load(c.dolly)
 	if err != nil {
 		return err
 	}
@@ -230,7 +252,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	env := &gwEnv{cfg: c, rows: rows, misses: misses, logDir: logDir, stderr: stderr}
-	rep := &GatewayReport{Command: commandLine("gateway", args), Machine: Machine(), Config: c}
+	rep := &GatewayReport{Command: commandLine("gateway", args), Machine: report.DescribeMachine(), Config: c}
 
 	needMain := slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "proxy-cost" })
 	if needMain {
@@ -263,7 +285,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runMainScenarios(ctx context.Context, env *gwEnv, rep *GatewayReport) error {
-	run := map[string]func(context.Context, *gwEnv) (ScenarioResult, error){
+	run := map[string]func(context.Context, *gwEnv) (report.Scenario, error){
 		"seq-miss":      scenarioSeqMiss,
 		"conc-miss":     scenarioConcMiss,
 		"conc-hit":      scenarioConcHit,
@@ -297,306 +319,4 @@ func runMainScenarios(ctx context.Context, env *gwEnv, rep *GatewayReport) error
 		}
 	}
 	return nil
-}
-
-// gatewayProc is a gateway subprocess.
-type gatewayProc struct {
-	cmd     *exec.Cmd
-	base    string // http://127.0.0.1:port
-	logPath string
-	startup time.Duration
-	exited  chan struct{}
-	waitErr error
-	client  *http.Client // for readiness, metrics and idleness probes
-}
-
-// startGateway starts the gateway on a free 127.0.0.1 port with configPath
-// (none: built-in defaults) and waits for /readyz.
-func startGateway(ctx context.Context, c *gatewayConfig, configPath, logPath string) (*gatewayProc, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"--listen", addr}
-	if configPath != "" {
-		args = append(args, "--config", configPath)
-	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.Command(c.Bin, args...)
-	cmd.Dir = c.Workdir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// If this process dies, the gateway goes with it: no leftovers on a shared machine.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", c.Bin, err)
-	}
-	g := &gatewayProc{cmd: cmd, base: "http://" + addr, logPath: logPath, exited: make(chan struct{}),
-		client: newClient(4, 5*time.Second)}
-	go func() { g.waitErr = cmd.Wait(); close(g.exited) }()
-
-	deadline := time.NewTimer(c.StartupTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			g.stop()
-			return nil, ctx.Err()
-		case <-g.exited:
-			return nil, fmt.Errorf("gateway exited before ready (%v); last log lines:\n%s", g.waitErr, tail(logPath, 20))
-		case <-deadline.C:
-			g.stop()
-			return nil, fmt.Errorf("gateway not ready after %s; last log lines:\n%s", c.StartupTimeout, tail(logPath, 20))
-		case <-tick.C:
-			if g.ready(ctx) {
-				g.startup = time.Since(start)
-				return g, nil
-			}
-		}
-	}
-}
-
-func (g *gatewayProc) ready(ctx context.Context) bool {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"/readyz", nil)
-	resp, err := g.client.Do(req)
-	if err != nil {
-		return false
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-func (g *gatewayProc) alive() bool {
-	select {
-	case <-g.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// metrics scrapes the gateway's /metrics.
-func (g *gatewayProc) metrics(ctx context.Context) (promSamples, error) {
-	return scrape(ctx, g.client, g.base+"/metrics")
-}
-
-// waitIdle waits until the gateway reports no request in flight but the
-// scrape itself, so one scenario's stragglers do not load the next.
-func (g *gatewayProc) waitIdle(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		m, err := g.metrics(ctx)
-		if err == nil && m.get("triage_inflight_requests") <= 1 {
-			return nil
-		}
-		if !g.alive() {
-			return fmt.Errorf("gateway exited; see %s", g.logPath)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gateway still busy after %s (last scrape error: %v)", limit, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// stop sends SIGTERM, waits up to 20 s for a graceful exit, then kills.
-func (g *gatewayProc) stop() error {
-	if !g.alive() {
-		return nil
-	}
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.exited:
-	case <-time.After(20 * time.Second):
-		g.cmd.Process.Kill()
-		<-g.exited
-		return errors.New("gateway did not exit within 20s of SIGTERM; killed")
-	}
-	var ee *exec.ExitError
-	if errors.As(g.waitErr, &ee) && ee.ExitCode() != 0 {
-		return fmt.Errorf("gateway exited with %v; see %s", g.waitErr, g.logPath)
-	}
-	return nil
-}
-
-// helloProc is the baseline server, a separate process like the gateway.
-type helloProc struct {
-	cmd    *exec.Cmd
-	base   string
-	exited chan struct{}
-}
-
-// startHello runs "triage-bench hello" (this binary) on a free port.
-func startHello() (*helloProc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "hello", "--listen", "127.0.0.1:0", "--max-lifetime", "10m")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	h := &helloProc{cmd: cmd, exited: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
-				select {
-				case addr <- a:
-				default:
-				}
-			}
-		}
-	}()
-	go func() { cmd.Wait(); close(h.exited) }()
-	select {
-	case a := <-addr:
-		h.base = "http://" + a
-		return h, nil
-	case <-h.exited:
-		return nil, errors.New("hello server exited at start")
-	case <-time.After(10 * time.Second):
-		h.stop()
-		return nil, errors.New("hello server did not start within 10s")
-	}
-}
-
-func (h *helloProc) stop() {
-	select {
-	case <-h.exited:
-		return
-	default:
-	}
-	h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-h.exited:
-	case <-time.After(5 * time.Second):
-		h.cmd.Process.Kill()
-		<-h.exited
-	}
-}
-
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago (the gateway takes its address as a flag).
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr, nil
-}
-
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// ScenarioResult is one scenario's outcome.
-type ScenarioResult struct {
-	Name    string   `json:"name"`
-	Title   string   `json:"title"`
-	Summary []Metric `json:"summary"`
-	Detail  string   `json:"-"` // markdown
-	Data    any      `json:"data"`
-	Wall    float64  `json:"wall_s"`
-}
-
-// Metric is one line of the summary table.
-type Metric struct {
-	Name   string `json:"name"`
-	Value  string `json:"value"`
-	Target string `json:"target,omitempty"` // the target or the baseline beside it
-}
-
-// GatewayReport is the gateway subcommand's output.
-type GatewayReport struct {
-	Command   string           `json:"command"`
-	Machine   MachineInfo      `json:"machine"`
-	Config    *gatewayConfig   `json:"config"`
-	Startup   float64          `json:"gateway_startup_s,omitempty"`
-	Scenarios []ScenarioResult `json:"scenarios"`
-}
-
-// Markdown renders the header, the summary table and each scenario's details.
-func (r *GatewayReport) Markdown() string {
-	var b strings.Builder
-	b.WriteString("# Gateway benchmarks\n\n")
-	fmt.Fprintf(&b, "- Command: `%s`\n", r.Command)
-	fmt.Fprintf(&b, "- Machine: %s\n", r.Machine)
-	cfg := "built-in defaults (simulated pools)"
-	if r.Config.Config != "" {
-		cfg = r.Config.Config
-	}
-	fmt.Fprintf(&b, "- Gateway: `%s`, config: %s, started as a subprocess on 127.0.0.1 (ready after %.1f s). The load generator (this program, Go net/http, keep-alive) runs on the same CPUs.\n\n", r.Config.Bin, cfg, r.Startup)
-	b.WriteString("| scenario | metric | value | target / baseline |\n|---|---|---|---|\n")
-	for _, s := range r.Scenarios {
-		for _, m := range s.Summary {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", s.Name, m.Name, m.Value, m.Target)
-		}
-	}
-	for _, s := range r.Scenarios {
-		fmt.Fprintf(&b, "\n## %s — %s\n\n%s", s.Name, s.Title, s.Detail)
-	}
-	return b.String()
-}
-
-// Write prints the markdown to stdout and, with out, writes results.json
-// and table.md there.
-func (r *GatewayReport) Write(stdout, stderr io.Writer, out string) error {
-	md := r.Markdown()
-	fmt.Fprint(stdout, md)
-	if out == "" {
-		return nil
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "results.json"), append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "table.md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "wrote %s/{results.json,table.md}\n", out)
-	return nil
-}
-
-// ms formats milliseconds for tables.
-func ms(v float64) string {
-	switch {
-	case v != v: // NaN
-		return "n/a"
-	case v < 10:
-		return fmt.Sprintf("%.2f ms", v)
-	default:
-		return fmt.Sprintf("%.0f ms", v)
-	}
 }

@@ -6,6 +6,10 @@
 //
 // Every run is bounded in time and request count, and all traffic stays on
 // 127.0.0.1. Run a subcommand with -h for its flags.
+//
+// This command parses flags, wires the scenarios and writes their output; the
+// load generator, statistics, traces, SSE timing and report helpers it uses
+// are the packages under bench/.
 package main
 
 import (
@@ -76,3 +80,7 @@ func commandLine(sub string, args []string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// defaultDolly is the dataset beside the repository (shared/ next to the
+// checkout), relative to the repository root where make runs the benchmarks.
+const defaultDolly = "../shared/datasets/dolly-15k-dev.jsonl"

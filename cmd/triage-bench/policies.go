@@ -17,6 +17,11 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/triage-gw/triage/bench/dolly"
+	"github.com/triage-gw/triage/bench/report"
+	"github.com/triage-gw/triage/bench/sse"
+	"github.com/triage-gw/triage/bench/stats"
+	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -40,7 +45,7 @@ type sweepConfig struct {
 	MaxTokens      int           `json:"max_tokens"`
 	ScrapeInterval time.Duration `json:"scrape_interval_ns"`
 	Drain          time.Duration `json:"drain_ns"`
-	Trace          TraceConfig   `json:"trace"`
+	Trace          trace.Config  `json:"trace"`
 
 	dolly      string
 	out        string
@@ -71,15 +76,11 @@ func defaultSweepSim() sim.Config {
 	return c
 }
 
-func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
-	fs := flag.NewFlagSet("triage-bench policies", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := &sweepConfig{Sim: defaultSweepSim(), Trace: DefaultTraceConfig()}
-	t := &c.Trace
-	policies := strings.Join(sweepPolicies, ",")
-
+// bindFlags defines the sweep's own flags on fs, into c and, for the
+// comma-separated policy list, into policies, whose value is the default.
+func (c *sweepConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.IntVar(&c.Replicas, "replicas", 4, "simulated replicas (sim servers on 127.0.0.1:0, fresh for every policy)")
-	fs.StringVar(&policies, "policies", policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
+	fs.StringVar(policies, "policies", *policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
 	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the prompts come from")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", time.Second, "how often the pool scrapes each replica's /metrics (queue depth, KV use)")
 	fs.DurationVar(&c.Drain, "drain", 20*time.Second, "after the last arrival, how long to wait for answers before cutting them (counted as errors)")
@@ -87,8 +88,11 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	fs.BoolVar(&c.plot, "plot", false, "run --plot-script on results.csv to draw policies.png into --out")
 	fs.StringVar(&c.python, "python", ".deps/venv/bin/python", "Python interpreter with matplotlib, for --plot")
 	fs.StringVar(&c.plotScript, "plot-script", "bench/plot_policies.py", "plotting script, for --plot")
+}
 
-	// Trace.
+// bindTraceFlags defines the trace's flags on fs, into t, whose values are
+// the defaults.
+func bindTraceFlags(fs *flag.FlagSet, t *trace.Config) {
 	fs.Uint64Var(&t.Seed, "seed", t.Seed, "seed of the trace (and of the random policy)")
 	fs.Float64Var(&t.Rate, "rate", t.Rate, "Poisson arrival rate, requests per second")
 	fs.DurationVar(&t.Duration, "duration", t.Duration, "arrival window per policy")
@@ -106,8 +110,11 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	fs.IntVar(&t.AnswerBytes, "answer-bytes", t.AnswerBytes, "cap on each assistant message kept in the history")
 	fs.DurationVar(&t.MinThink, "min-think", t.MinThink, "least planned gap between two turns of a session")
 	fs.IntVar(&t.Users, "users", t.Users, "distinct users (vtc-basic's fairness key)")
+}
 
-	// Replicas.
+// bindReplicaFlags defines the simulated replicas' flags on fs, into c.Sim
+// (whose values are the defaults) and c.MaxTokens.
+func (c *sweepConfig) bindReplicaFlags(fs *flag.FlagSet) {
 	s := &c.Sim
 	fs.IntVar(&s.MaxRunning, "max-running", s.MaxRunning, "batch slots per replica")
 	fs.IntVar(&s.MaxWaiting, "max-waiting", s.MaxWaiting, "queue bound per replica (beyond it 429)")
@@ -118,7 +125,16 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	fs.IntVar(&s.BlockChars, "block-chars", s.BlockChars, "replica prefix-cache block size in bytes")
 	fs.IntVar(&s.KVCacheBlocks, "kv-blocks", s.KVCacheBlocks, "replica prefix-cache capacity in blocks")
 	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max_tokens of every request (output length)")
+}
 
+func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
+	fs := flag.NewFlagSet("triage-bench policies", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &sweepConfig{Sim: defaultSweepSim(), Trace: trace.DefaultConfig()}
+	policies := strings.Join(sweepPolicies, ",")
+	c.bindFlags(fs, &policies)
+	bindTraceFlags(fs, &c.Trace)
+	c.bindReplicaFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: triage-bench policies [flags]
 
@@ -148,6 +164,16 @@ Flags:
 		}
 		c.Policies = append(c.Policies, p)
 	}
+	if err := c.finish(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// finish gives the replicas --max-tokens as their output length and
+// reports every out-of-range field: the sweep's by flag name, then the
+// replicas' and the trace's.
+func (c *sweepConfig) finish() error {
 	var errs []error
 	if len(c.Policies) == 0 {
 		errs = append(errs, errors.New("policies: --policies is empty"))
@@ -164,13 +190,11 @@ Flags:
 	if c.ScrapeInterval < 0 {
 		errs = append(errs, fmt.Errorf("policies: --scrape-interval must be >= 0, got %s", c.ScrapeInterval))
 	}
+	s := &c.Sim
 	s.DefaultMaxTokens = c.MaxTokens
 	s.MaxOutputTokens = max(s.MaxOutputTokens, c.MaxTokens)
-	errs = append(errs, s.Validate(), t.Validate())
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return c, nil
+	errs = append(errs, s.Validate(), c.Trace.Validate())
+	return errors.Join(errs...)
 }
 
 // policyConfig maps a sweep policy name to the pool's policy config. The
@@ -195,13 +219,13 @@ func policyConfig(name string, seed uint64) (upstream.PolicyConfig, error) {
 
 // PolicyResult is one policy's outcome.
 type PolicyResult struct {
-	Policy   string  `json:"policy"`
-	Requests int     `json:"requests"`
-	OK       int     `json:"ok"`
-	Errors   int     `json:"errors"`
-	Held     int     `json:"held"` // turns sent late because the previous turn was still running
-	TTFT     Summary `json:"ttft"`
-	E2E      Summary `json:"e2e"`
+	Policy   string        `json:"policy"`
+	Requests int           `json:"requests"`
+	OK       int           `json:"ok"`
+	Errors   int           `json:"errors"`
+	Held     int           `json:"held"` // turns sent late because the previous turn was still running
+	TTFT     stats.Summary `json:"ttft"`
+	E2E      stats.Summary `json:"e2e"`
 	// HitRate is prefix-cache hit tokens / looked-up prompt tokens, summed
 	// over the replicas (their own counters).
 	HitRate       float64 `json:"prefix_hit_rate"`
@@ -212,8 +236,8 @@ type PolicyResult struct {
 	Wall          float64 `json:"wall_s"`
 	// TimerLate is how late a 10 ms timer fired during the replay: the
 	// machine's scheduling noise, which stretches every latency here.
-	TimerLate   Summary `json:"timer_late"`
-	ErrorSample string  `json:"error_sample,omitempty"`
+	TimerLate   stats.Summary `json:"timer_late"`
+	ErrorSample string        `json:"error_sample,omitempty"`
 }
 
 // requestResult is one replayed request.
@@ -221,14 +245,14 @@ type requestResult struct {
 	ok      bool
 	held    bool
 	replica string
-	timing  StreamTiming
+	timing  sse.Timing
 	err     string
 }
 
 // preparedRequest is a trace request with its body marshalled ahead of
 // the replay, so encoding costs nothing during the timed part.
 type preparedRequest struct {
-	tr   *TraceRequest
+	tr   *trace.Request
 	body []byte
 }
 
@@ -244,7 +268,7 @@ type chatMessage struct {
 	Content string `json:"content"`
 }
 
-func prepare(tr *Trace, model string, maxTokens int) ([]preparedRequest, error) {
+func prepare(tr *trace.Trace, model string, maxTokens int) ([]preparedRequest, error) {
 	out := make([]preparedRequest, len(tr.Requests))
 	for i := range tr.Requests {
 		r := &tr.Requests[i]
@@ -267,11 +291,14 @@ func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	rows, err := LoadDolly(c.dolly)
+	rows, err := dolly.Load(c.dolly)
 	if err != nil {
 		return err
 	}
-	tr, err := GenerateTrace(c.Trace, rows)
+	tr, err := trace.Generate(c.Trace, rows)
+	if errors.Is(err, trace.ErrNoRequests) {
+		return fmt.Errorf("%w; raise --rate or --duration", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -299,7 +326,7 @@ func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			res.TTFT.Mean, res.TTFT.P99, 100*res.HitRate, res.LoadMaxMean, res.Errors, res.Held, res.Wall, res.TimerLate.P99)
 		results = append(results, res)
 	}
-	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), Trace: ts, Machine: Machine(), Results: results}
+	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), Trace: ts, Machine: report.DescribeMachine(), Results: results}
 	return rep.Write(stdout, stderr)
 }
 
@@ -350,14 +377,26 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		waitScraped(gctx, pool, 3*time.Second)
 	}
 
-	stopProbe := startNoiseProbe(gctx)
+	stopProbe := report.StartTimerProbe(gctx)
 	start := time.Now()
 	out := replay(gctx, pool, reqs, c.Drain)
 	res.Wall = time.Since(start).Seconds()
 	res.TimerLate = stopProbe()
 
+	res.tally(out, servers, index)
+
+	cancel()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return res, err
+	}
+	return res, nil
+}
+
+// tally fills in res from the replayed requests and from the replicas' own
+// prefix-cache counters; index maps a replica's ID to its place in servers.
+func (res *PolicyResult) tally(out []requestResult, servers []*sim.Server, index map[string]int) {
 	var ttft, e2e []time.Duration
-	res.PerReplica = make([]int, c.Replicas)
+	res.PerReplica = make([]int, len(servers))
 	for _, r := range out {
 		if r.held {
 			res.Held++
@@ -376,7 +415,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		ttft = append(ttft, r.timing.TTFT)
 		e2e = append(e2e, r.timing.E2E)
 	}
-	res.TTFT, res.E2E = Summarize(ttft), Summarize(e2e)
+	res.TTFT, res.E2E = stats.Summarize(ttft), stats.Summarize(e2e)
 	var q, h int64
 	for _, s := range servers {
 		st := s.Stats()
@@ -391,13 +430,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	for i, n := range res.PerReplica {
 		load[i] = float64(n)
 	}
-	res.LoadMaxMean, res.Jain = MaxOverMean(load), JainIndex(load)
-
-	cancel()
-	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-		return res, err
-	}
-	return res, nil
+	res.LoadMaxMean, res.Jain = stats.MaxOverMean(load), stats.JainIndex(load)
 }
 
 // waitScraped waits until every replica has been scraped once, so the
@@ -504,7 +537,7 @@ func sendChat(ctx context.Context, pool *upstream.Pool, r *preparedRequest, held
 		res.err = fmt.Sprintf("status %d: %s", resp.Status, strings.TrimSpace(string(b)))
 		return res
 	}
-	st, err := ReadSSE(resp.Body, start)
+	st, err := sse.Read(resp.Body, start)
 	res.timing = st
 	switch {
 	case err != nil:

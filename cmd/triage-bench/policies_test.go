@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -9,6 +10,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/bench/dolly"
+	"github.com/triage-gw/triage/bench/report"
+	"github.com/triage-gw/triage/bench/trace"
 )
 
 func TestPolicyConfigNames(t *testing.T) {
@@ -35,7 +40,7 @@ func TestRunOnePolicy(t *testing.T) {
 		"--ttft-base", "1ms", "--prefill-per-token", "1us", "--decode-per-token", "100us", "--max-tokens", "4",
 		"--scrape-interval", "100ms", "--drain", "10s"}, io.Discard)
 	require.NoError(t, err)
-	tr, err := GenerateTrace(c.Trace, testRows())
+	tr, err := trace.Generate(c.Trace, testRows())
 	require.NoError(t, err)
 	reqs, err := prepare(tr, c.Sim.Model, c.MaxTokens)
 	require.NoError(t, err)
@@ -54,8 +59,52 @@ func TestRunOnePolicy(t *testing.T) {
 	require.Positive(t, res.TTFT.P50)
 	require.GreaterOrEqual(t, res.E2E.P50, res.TTFT.P50)
 
-	rep := &PolicyReport{Command: "test", Config: c, SimConfig: c.Sim, Trace: tr.Stats(64), Machine: Machine(), Results: []PolicyResult{res}}
+	rep := &PolicyReport{Command: "test", Config: c, SimConfig: c.Sim, Trace: tr.Stats(64), Machine: report.DescribeMachine(), Results: []PolicyResult{res}}
 	md := rep.Markdown()
 	require.Contains(t, md, "| lmetric-unified |")
 	require.Contains(t, string(rep.CSV()), "lmetric-unified,")
+}
+
+// testRows is a small synthetic Dolly: short rows and rows with long
+// contexts, so heavy sessions have documents to draw.
+func testRows() []dolly.Row {
+	var rows []dolly.Row
+	for i := range 40 {
+		r := dolly.Row{
+			Instruction: fmt.Sprintf("Question %d: what is item %d?", i, i),
+			Response:    strings.Repeat(fmt.Sprintf("answer %d. ", i), 20),
+			Category:    "open_qa",
+		}
+		if i%4 == 0 {
+			r.Context = strings.Repeat(fmt.Sprintf("document %d sentence. ", i), 60)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func TestParsePoliciesFlags(t *testing.T) {
+	c, err := parsePoliciesFlags(nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, sweepPolicies, c.Policies)
+	require.Equal(t, trace.DefaultConfig(), c.Trace)
+	require.Equal(t, 16, c.Sim.DefaultMaxTokens, "the replicas answer --max-tokens tokens")
+
+	c, err = parsePoliciesFlags([]string{"--policies", "random, lmetric-sticky,", "--max-tokens", "4096", "--seed", "3"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"random", "lmetric-sticky"}, c.Policies)
+	require.Equal(t, 4096, c.Sim.DefaultMaxTokens)
+	require.GreaterOrEqual(t, c.Sim.MaxOutputTokens, 4096, "raised so the replicas accept it")
+	require.EqualValues(t, 3, c.Trace.Seed)
+
+	_, err = parsePoliciesFlags([]string{"--policies", "nope"}, io.Discard)
+	require.ErrorContains(t, err, `policy "nope"`)
+
+	_, err = parsePoliciesFlags([]string{"--replicas", "0", "--drain", "0", "--rate", "0"}, io.Discard)
+	require.Error(t, err)
+	require.Equal(t, []string{
+		"policies: --replicas must be >= 1, got 0",
+		"policies: --drain must be > 0, got 0s",
+		"trace rate: must be a finite number > 0, got 0",
+	}, strings.Split(err.Error(), "\n"), "every problem reported: the sweep's, then the trace's")
 }

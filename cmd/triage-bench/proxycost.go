@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +13,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/triage-gw/triage/bench/load"
+	"github.com/triage-gw/triage/bench/report"
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -51,50 +52,20 @@ pools:
 `, replicaURL)
 }
 
-// streamChat posts a streaming chat request and times its first event.
-func streamChat(ctx context.Context, c *http.Client, url string, body []byte) (Sample, StreamTiming) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return Sample{Err: err.Error()}, StreamTiming{}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	start := time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		return Sample{Latency: time.Since(start), Err: err.Error()}, StreamTiming{}
-	}
-	defer resp.Body.Close()
-	s := Sample{Status: resp.StatusCode, Header: resp.Header}
-	if resp.StatusCode != http.StatusOK {
-		s.Latency = time.Since(start)
-		return s, StreamTiming{}
-	}
-	st, err := ReadSSE(resp.Body, start)
-	s.Latency = st.E2E
-	switch {
-	case err != nil:
-		s.Err = err.Error()
-	case !st.Done || st.Events == 0:
-		s.Err = "stream ended without [DONE]"
-	}
-	return s, st
-}
-
 // proxyLevel is one client count's result.
 type proxyLevel struct {
-	Clients   int     `json:"clients"`
-	Direct    Summary `json:"direct_ttft"`
-	Gateway   Summary `json:"gateway_ttft"`
-	AddedP50  float64 `json:"added_p50_ms"`
-	AddedP99  float64 `json:"added_p99_ms"`
-	CacheHits int     `json:"gateway_cache_hits"`
-	Failed    int     `json:"failed"`
-	FirstErr  string  `json:"first_error,omitempty"`
+	Clients   int           `json:"clients"`
+	Direct    stats.Summary `json:"direct_ttft"`
+	Gateway   stats.Summary `json:"gateway_ttft"`
+	AddedP50  float64       `json:"added_p50_ms"`
+	AddedP99  float64       `json:"added_p99_ms"`
+	CacheHits int           `json:"gateway_cache_hits"`
+	Failed    int           `json:"failed"`
+	FirstErr  string        `json:"first_error,omitempty"`
 }
 
-func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) {
-	res := ScenarioResult{Name: "proxy-cost", Title: "streaming /v1/chat/completions TTFT through the gateway minus direct to the same mockllm"}
+func scenarioProxyCost(ctx context.Context, env *gwEnv) (report.Scenario, error) {
+	res := report.Scenario{Name: "proxy-cost", Title: "streaming /v1/chat/completions TTFT through the gateway minus direct to the same mockllm"}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -136,56 +107,81 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 
 	var levels []proxyLevel
 	for _, n := range env.cfg.ProxyClients {
-		c := newClient(n, env.cfg.RequestTimeout)
-		// Warm connections on both paths and the gateway's result cache.
-		for i := range 2 * n {
-			s, _ := streamChat(ctx, c, urls[i%2], body)
-			if !isOK(s) {
-				return res, fmt.Errorf("warm-up on %s: %s", urls[i%2], firstError([]Sample{s}))
-			}
+		lv, err := measureProxyCost(ctx, env, urls, body, n, d)
+		if err != nil {
+			return res, err
 		}
-		var (
-			mu         sync.Mutex
-			ttft       [2][]time.Duration
-			hits, fail int
-			firstErr   string
-		)
-		turn := make([]int, n) // each worker alternates direct and gateway, starting differently
-		closedLoop(ctx, n, d, 0, func(ctx context.Context, w int, _ int64) Sample {
-			path := (w + turn[w]) % 2
-			turn[w]++
-			s, st := streamChat(ctx, c, urls[path], body)
-			mu.Lock()
-			defer mu.Unlock()
-			if !isOK(s) {
-				fail++
-				if firstErr == "" {
-					firstErr = firstError([]Sample{s})
-				}
-				return s
-			}
-			ttft[path] = append(ttft[path], st.TTFT)
-			if path == 1 && s.Header.Get("x-router-cache") == "hit" {
-				hits++
+		levels = append(levels, lv)
+		fmt.Fprintf(env.stderr, "  %d clients: added TTFT p50 %s, p99 %s\n", n, report.Millis(lv.AddedP50), report.Millis(lv.AddedP99))
+	}
+	res.Summary = proxyCostSummary(levels)
+	res.Detail = proxyCostDetail(levels, cfgPath, d)
+	res.Data = levels
+	return res, nil
+}
+
+// measureProxyCost runs n clients for d, each alternating the same request
+// direct to the replica (urls[0]) and through the gateway (urls[1]), and
+// returns both paths' TTFT. Every client warms both paths first.
+func measureProxyCost(ctx context.Context, env *gwEnv, urls [2]string, body []byte, n int, d time.Duration) (proxyLevel, error) {
+	c := load.NewClient(n, env.cfg.RequestTimeout)
+	defer c.CloseIdleConnections()
+	// Warm connections on both paths and the gateway's result cache.
+	for i := range 2 * n {
+		s, _ := load.PostStream(ctx, c, urls[i%2], body)
+		if !s.OK() {
+			return proxyLevel{}, fmt.Errorf("warm-up on %s: %s", urls[i%2], load.FirstError([]load.Sample{s}))
+		}
+	}
+	var (
+		mu         sync.Mutex
+		ttft       [2][]time.Duration
+		hits, fail int
+		firstErr   string
+	)
+	turn := make([]int, n) // each worker alternates direct and gateway, starting differently
+	load.ClosedLoop{Workers: n, Duration: d}.Run(ctx, func(ctx context.Context, w int, _ int64) load.Sample {
+		path := (w + turn[w]) % 2
+		turn[w]++
+		s, st := load.PostStream(ctx, c, urls[path], body)
+		mu.Lock()
+		defer mu.Unlock()
+		if !s.OK() {
+			fail++
+			if firstErr == "" {
+				firstErr = load.FirstError([]load.Sample{s})
 			}
 			return s
-		})
-		c.CloseIdleConnections()
-		lv := proxyLevel{Clients: n, Direct: Summarize(ttft[0]), Gateway: Summarize(ttft[1]), CacheHits: hits, Failed: fail, FirstErr: firstErr}
-		lv.AddedP50 = lv.Gateway.P50 - lv.Direct.P50
-		lv.AddedP99 = lv.Gateway.P99 - lv.Direct.P99
-		levels = append(levels, lv)
-		fmt.Fprintf(env.stderr, "  %d clients: added TTFT p50 %s, p99 %s\n", n, ms(lv.AddedP50), ms(lv.AddedP99))
-	}
+		}
+		ttft[path] = append(ttft[path], st.TTFT)
+		if path == 1 && s.Header.Get("x-router-cache") == "hit" {
+			hits++
+		}
+		return s
+	})
+	lv := proxyLevel{Clients: n, Direct: stats.Summarize(ttft[0]), Gateway: stats.Summarize(ttft[1]), CacheHits: hits, Failed: fail, FirstErr: firstErr}
+	lv.AddedP50 = lv.Gateway.P50 - lv.Direct.P50
+	lv.AddedP99 = lv.Gateway.P99 - lv.Direct.P99
+	return lv, nil
+}
 
+// proxyCostSummary is one summary line per client count against the
+// targets: at most 1 ms added at p50 and 5 ms at p99.
+func proxyCostSummary(levels []proxyLevel) []report.Metric {
+	var out []report.Metric
 	for _, lv := range levels {
-		res.Summary = append(res.Summary, Metric{
+		out = append(out, report.Metric{
 			Name:  fmt.Sprintf("added TTFT p50 / p99, %d client(s)", lv.Clients),
-			Value: fmt.Sprintf("%s / %s", ms(lv.AddedP50), ms(lv.AddedP99)),
+			Value: fmt.Sprintf("%s / %s", report.Millis(lv.AddedP50), report.Millis(lv.AddedP99)),
 			Target: fmt.Sprintf("p50 ≤ 1 ms: %s, p99 ≤ 5 ms: %s (direct p50 %s, p99 %s)",
-				pass(lv.AddedP50 <= 1), pass(lv.AddedP99 <= 5), ms(lv.Direct.P50), ms(lv.Direct.P99)),
+				report.Verdict(lv.AddedP50 <= 1), report.Verdict(lv.AddedP99 <= 5), report.Millis(lv.Direct.P50), report.Millis(lv.Direct.P99)),
 		})
 	}
+	return out
+}
+
+// proxyCostDetail renders the setup and both paths' TTFT per client count.
+func proxyCostDetail(levels []proxyLevel, cfgPath string, d time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "A mockllm replica runs inside triage-bench with no TTFT base, no prefill cost, 0.2 ms per token and no jitter; a second gateway (config `%s`) has both pools pointing at it. "+
 		"Every worker alternates a request direct to the replica and one through the gateway, with the same body (same last user message, so the gateway's classification is a cache hit after the warm-up), streaming, max_tokens 4, for %s per client count. TTFT is measured to the first SSE data event.\n\n", cfgPath, d)
@@ -193,11 +189,11 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 	for _, lv := range levels {
 		for _, p := range []struct {
 			name string
-			s    Summary
+			s    stats.Summary
 		}{{"direct", lv.Direct}, {"gateway", lv.Gateway}} {
-			fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s | %s |\n", lv.Clients, p.name, p.s.N, ms(p.s.P50), ms(p.s.P90), ms(p.s.P99), ms(p.s.Max))
+			fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s | %s |\n", lv.Clients, p.name, p.s.N, report.Millis(p.s.P50), report.Millis(p.s.P90), report.Millis(p.s.P99), report.Millis(p.s.Max))
 		}
-		fmt.Fprintf(&b, "| %d | **added** | | **%s** | %s | **%s** | |\n", lv.Clients, ms(lv.AddedP50), ms(lv.Gateway.P90-lv.Direct.P90), ms(lv.AddedP99))
+		fmt.Fprintf(&b, "| %d | **added** | | **%s** | %s | **%s** | |\n", lv.Clients, report.Millis(lv.AddedP50), report.Millis(lv.Gateway.P90-lv.Direct.P90), report.Millis(lv.AddedP99))
 	}
 	b.WriteString("\nAdded = gateway percentile minus direct percentile.")
 	for _, lv := range levels {
@@ -208,7 +204,5 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (ScenarioResult, error) 
 		b.WriteString(".")
 	}
 	b.WriteString("\n")
-	res.Detail = b.String()
-	res.Data = levels
-	return res, nil
+	return b.String()
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+
+	"github.com/triage-gw/triage/bench/dolly"
 )
 
 // targetCategories are the Dolly categories the classifier was trained on
@@ -32,7 +34,7 @@ type textSource struct {
 	next     atomic.Int64
 }
 
-func newTextSource(rows []DollyRow, seed uint64, distinct bool) (*textSource, error) {
+func newTextSource(rows []dolly.Row, seed uint64, distinct bool) (*textSource, error) {
 	// Dolly repeats some instructions; keep each text once, as the gateway's
 	// cache sees it (trimmed, whitespace runs collapsed).
 	var items []classifyItem

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"bufio"
@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// MachineInfo identifies where a benchmark ran, for report headers.
-type MachineInfo struct {
+// Machine identifies where a benchmark ran, for report headers.
+type Machine struct {
 	CPUs      int    `json:"cpus"`
 	CPUModel  string `json:"cpu_model"`
 	GoVersion string `json:"go_version"`
@@ -19,9 +19,11 @@ type MachineInfo struct {
 	Date      string `json:"date"`
 }
 
-// Machine reads the machine's description.
-func Machine() MachineInfo {
-	m := MachineInfo{
+// DescribeMachine reads this machine's description: CPU count and model
+// (from /proc/cpuinfo, "unknown" elsewhere), Go version, OS, the load
+// average at the time of the call (from /proc/loadavg) and the UTC date.
+func DescribeMachine() Machine {
+	m := Machine{
 		CPUs:      runtime.NumCPU(),
 		CPUModel:  "unknown",
 		GoVersion: runtime.Version(),
@@ -47,7 +49,7 @@ func Machine() MachineInfo {
 }
 
 // String is the one-line form used in report headers.
-func (m MachineInfo) String() string {
+func (m Machine) String() string {
 	return fmt.Sprintf("%d CPUs (nproc), %s, %s, %s, load average at start %s, %s",
 		m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.LoadAvg, m.Date)
 }

@@ -1,4 +1,4 @@
-package main
+package dolly
 
 import (
 	"bufio"
@@ -8,21 +8,19 @@ import (
 	"os"
 )
 
-// defaultDolly is the dataset beside the repository (shared/ next to the
-// checkout), relative to the repository root where make runs the benchmarks.
-const defaultDolly = "../shared/datasets/dolly-15k-dev.jsonl"
-
-// DollyRow is one line of the databricks-dolly-15k JSONL file.
-type DollyRow struct {
+// Row is one line of the databricks-dolly-15k JSONL file.
+type Row struct {
 	Instruction string `json:"instruction"`
 	Context     string `json:"context"`
 	Response    string `json:"response"`
 	Category    string `json:"category"`
 }
 
-// LoadDolly reads every row of the JSONL file at path, in file order. Rows
-// with an empty instruction are skipped.
-func LoadDolly(path string) ([]DollyRow, error) {
+// Load reads every row of the JSONL file at path, in file order. Blank
+// lines and rows with an empty instruction are skipped; a line that is not
+// a JSON object is an error naming its number, and so is a file without
+// rows.
+func Load(path string) ([]Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open dolly: %w", err)
@@ -30,14 +28,14 @@ func LoadDolly(path string) ([]DollyRow, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	var rows []DollyRow
+	var rows []Row
 	line := 0
 	for sc.Scan() {
 		line++
 		if len(sc.Bytes()) == 0 {
 			continue
 		}
-		var r DollyRow
+		var r Row
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("dolly %s line %d: %w", path, line, err)
 		}

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triage-gw/triage/bench/report"
+	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -24,8 +24,8 @@ type PolicyReport struct {
 	Config    *sweepConfig   `json:"config"`
 	SimConfig sim.Config     `json:"-"`
 	Replica   replicaJSON    `json:"replica"`
-	Trace     TraceStats     `json:"trace_stats"`
-	Machine   MachineInfo    `json:"machine"`
+	Trace     trace.Stats    `json:"trace_stats"`
+	Machine   report.Machine `json:"machine"`
 	Results   []PolicyResult `json:"results"`
 }
 
@@ -57,22 +57,17 @@ func (r *PolicyReport) Write(stdout, stderr io.Writer) error {
 	if c.out == "" {
 		return nil
 	}
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
+	js, err := report.JSON(r)
 	if err != nil {
 		return err
 	}
 	files := map[string][]byte{
-		"results.json": append(js, '\n'),
+		"results.json": js,
 		"results.csv":  r.CSV(),
 		"table.md":     []byte(md),
 	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(c.out, name), b, 0o644); err != nil {
-			return err
-		}
+	if err := report.WriteFiles(c.out, files); err != nil {
+		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s/{results.json,results.csv,table.md}\n", c.out)
 	if c.plot {

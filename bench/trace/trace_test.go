@@ -1,4 +1,4 @@
-package main
+package trace
 
 import (
 	"fmt"
@@ -10,15 +10,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/bench/dolly"
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/sim"
 )
 
 // testRows is a small synthetic Dolly: short rows and rows with long
 // contexts, so heavy sessions have documents to draw.
-func testRows() []DollyRow {
-	var rows []DollyRow
+func testRows() []dolly.Row {
+	var rows []dolly.Row
 	for i := range 40 {
-		r := DollyRow{
+		r := dolly.Row{
 			Instruction: fmt.Sprintf("Question %d: what is item %d?", i, i),
 			Response:    strings.Repeat(fmt.Sprintf("answer %d. ", i), 20),
 			Category:    "open_qa",
@@ -31,8 +33,8 @@ func testRows() []DollyRow {
 	return rows
 }
 
-func smallTraceConfig() TraceConfig {
-	c := DefaultTraceConfig()
+func smallTraceConfig() Config {
+	c := DefaultConfig()
 	c.Rate = 50
 	c.Duration = 4 * time.Second
 	c.SystemTokens = 200
@@ -42,22 +44,22 @@ func smallTraceConfig() TraceConfig {
 
 func TestGenerateTraceDeterministic(t *testing.T) {
 	rows := testRows()
-	a, err := GenerateTrace(smallTraceConfig(), rows)
+	a, err := Generate(smallTraceConfig(), rows)
 	require.NoError(t, err)
-	b, err := GenerateTrace(smallTraceConfig(), rows)
+	b, err := Generate(smallTraceConfig(), rows)
 	require.NoError(t, err)
 	require.Equal(t, a, b, "same seed, same trace")
 
 	other := smallTraceConfig()
 	other.Seed = 2
-	c, err := GenerateTrace(other, rows)
+	c, err := Generate(other, rows)
 	require.NoError(t, err)
 	require.NotEqual(t, a.Requests[0].At, c.Requests[0].At, "another seed, another trace")
 }
 
 func TestGenerateTraceShape(t *testing.T) {
 	cfg := smallTraceConfig()
-	tr, err := GenerateTrace(cfg, testRows())
+	tr, err := Generate(cfg, testRows())
 	require.NoError(t, err)
 	require.NotEmpty(t, tr.Requests)
 
@@ -99,7 +101,7 @@ func TestGenerateTraceTurnLimits(t *testing.T) {
 	cfg := smallTraceConfig()
 	cfg.Duration = 0
 	cfg.Requests = 400
-	tr, err := GenerateTrace(cfg, testRows())
+	tr, err := Generate(cfg, testRows())
 	require.NoError(t, err)
 	require.Len(t, tr.Requests, 400)
 	turns := map[int]int{}
@@ -133,7 +135,7 @@ func TestPoissonArrivals(t *testing.T) {
 		gaps[i] = (a - prev).Seconds()
 		prev = a
 	}
-	mean := Mean(gaps)
+	mean := stats.Mean(gaps)
 	var ss float64
 	for _, g := range gaps {
 		ss += (g - mean) * (g - mean)
@@ -155,10 +157,20 @@ func TestTruncateUTF8(t *testing.T) {
 }
 
 func TestTraceValidate(t *testing.T) {
-	c := DefaultTraceConfig()
+	c := DefaultConfig()
 	c.Rate = 0
 	c.LightTurnsMax = 0
 	err := c.Validate()
 	require.ErrorContains(t, err, "rate")
 	require.ErrorContains(t, err, "light-turns")
+}
+
+func TestGenerateNoArrival(t *testing.T) {
+	cfg := smallTraceConfig()
+	cfg.Rate = 0.001
+	cfg.Duration = time.Millisecond
+	_, err := Generate(cfg, testRows())
+	require.ErrorIs(t, err, ErrNoRequests)
+	_, err = Generate(smallTraceConfig(), nil)
+	require.ErrorContains(t, err, "no dolly rows")
 }

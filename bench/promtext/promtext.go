@@ -1,4 +1,4 @@
-package main
+package promtext
 
 import (
 	"bufio"
@@ -12,12 +12,13 @@ import (
 	"strings"
 )
 
-// promSamples is one scrape of a Prometheus text endpoint: each series
-// ("name" or "name{labels}") to its value.
-type promSamples map[string]float64
+// Samples is one scrape of a Prometheus text endpoint: each series ("name"
+// or "name{labels}", labels as the server wrote them) to its value.
+type Samples map[string]float64
 
-// scrape fetches url (a /metrics endpoint) and parses the text format.
-func scrape(ctx context.Context, c *http.Client, url string) (promSamples, error) {
+// Scrape fetches url (a /metrics endpoint) and parses the text format. It
+// reads at most 16 MiB of it.
+func Scrape(ctx context.Context, c *http.Client, url string) (Samples, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -35,13 +36,13 @@ func scrape(ctx context.Context, c *http.Client, url string) (promSamples, error
 	if err != nil {
 		return nil, err
 	}
-	return parsePromText(b), nil
+	return Parse(b), nil
 }
 
-// parsePromText parses the Prometheus text exposition format, ignoring
-// comments and timestamps.
-func parsePromText(b []byte) promSamples {
-	out := promSamples{}
+// Parse parses the Prometheus text exposition format, ignoring comments,
+// timestamps and lines it cannot read.
+func Parse(b []byte) Samples {
+	out := Samples{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -70,17 +71,17 @@ func parsePromText(b []byte) promSamples {
 	return out
 }
 
-// get returns a series' value, NaN when absent.
-func (p promSamples) get(series string) float64 {
+// Get returns a series' value, NaN when absent.
+func (p Samples) Get(series string) float64 {
 	if v, ok := p[series]; ok {
 		return v
 	}
 	return math.NaN()
 }
 
-// sum adds the values of every series of metric name (any labels), 0 when
+// Sum adds the values of every series of metric name (any labels), 0 when
 // there is none.
-func (p promSamples) sum(name string) float64 {
+func (p Samples) Sum(name string) float64 {
 	var s float64
 	for k, v := range p {
 		if k == name || strings.HasPrefix(k, name+"{") {

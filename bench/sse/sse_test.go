@@ -1,4 +1,4 @@
-package main
+package sse
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestReadSSE(t *testing.T) {
+func TestRead(t *testing.T) {
 	tests := []struct {
 		name    string
 		body    string
@@ -27,7 +27,7 @@ func TestReadSSE(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := ReadSSE(strings.NewReader(tt.body), time.Now())
+			st, err := Read(strings.NewReader(tt.body), time.Now())
 			require.NoError(t, err)
 			require.Equal(t, tt.events, st.Events)
 			require.Equal(t, tt.done, st.Done)
@@ -39,10 +39,10 @@ func TestReadSSE(t *testing.T) {
 	}
 }
 
-func TestReadSSEReadError(t *testing.T) {
+func TestReadReadError(t *testing.T) {
 	boom := errors.New("boom")
 	r := io.MultiReader(strings.NewReader("data: {}\n\n"), iotest.ErrReader(boom))
-	st, err := ReadSSE(r, time.Now())
+	st, err := Read(r, time.Now())
 	require.ErrorIs(t, err, boom)
 	require.Equal(t, 1, st.Events)
 }

@@ -1,4 +1,4 @@
-package main
+package sse
 
 import (
 	"bufio"
@@ -9,19 +9,20 @@ import (
 	"time"
 )
 
-// StreamTiming is what a client sees of one SSE answer.
-type StreamTiming struct {
+// Timing is what a client sees of one SSE answer.
+type Timing struct {
 	TTFT   time.Duration // start → first "data:" event that is not [DONE]
 	E2E    time.Duration // start → [DONE] (or the end of the body)
 	Events int           // data events before [DONE]
 	Done   bool          // [DONE] was received
 }
 
-// ReadSSE reads an SSE body to its end, timing events from start. A body
+// Read reads an SSE body to its end, timing events from start. A body
 // that ends without [DONE] is not an error (Done reports it); a read error
-// is.
-func ReadSSE(body io.Reader, start time.Time) (StreamTiming, error) {
-	var st StreamTiming
+// is. After [DONE] the rest of the body is read and discarded, so the
+// connection can be reused; closing body is the caller's job.
+func Read(body io.Reader, start time.Time) (Timing, error) {
+	var st Timing
 	br := bufio.NewReaderSize(body, 16<<10)
 	for {
 		line, err := br.ReadSlice('\n')
