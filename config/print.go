@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // Example is config/example.yaml: every setting, commented, with its default. A test keeps it
@@ -57,7 +58,7 @@ func (c Config) YAML() ([]byte, error) {
 	r := c.Redacted()
 	for _, p := range []*upstream.PoolConfig{&r.Pools.Fast, &r.Pools.Slow} {
 		if p.Policy.Weighted.Scorers == nil {
-			p.Policy.Weighted.Scorers = upstream.DefaultScorerWeights()
+			p.Policy.Weighted.Scorers = policy.DefaultScorerWeights()
 		}
 	}
 	return yaml.Marshal(r)

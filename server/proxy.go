@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // handleChat proxies POST /v1/chat/completions.
@@ -99,7 +100,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		Header:   header,
 		Body:     body,
 		SetModel: true,
-		Routing:  upstream.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: in.user, Session: session},
+		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: in.user, Session: session},
 	})
 	if err != nil {
 		return dl.err(err)

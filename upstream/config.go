@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // PoolConfig describes one pool of interchangeable replicas serving the same
@@ -40,7 +42,7 @@ type PoolConfig struct {
 	// replica; a replica at the cap is not a candidate. 0 means unlimited.
 	MaxInFlightPerReplica int `yaml:"max_in_flight_per_replica" json:"max_in_flight_per_replica"`
 	// Policy picks the replica of each request. Default least-request.
-	Policy PolicyConfig `yaml:"policy" json:"policy"`
+	Policy policy.Config `yaml:"policy" json:"policy"`
 	// Admission decides whether a request may enter the pool at all.
 	// Default always-admit.
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
@@ -114,7 +116,7 @@ type TimeoutsConfig struct {
 // and Replicas are left for the caller.
 func DefaultPoolConfig() PoolConfig {
 	return PoolConfig{
-		Policy:    DefaultPolicyConfig(),
+		Policy:    policy.DefaultConfig(),
 		Admission: DefaultAdmissionConfig(),
 		HealthCheck: HealthCheckConfig{
 			Path:           "/health",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // sweepPolicies are the policies the sweep compares, in report order.
@@ -176,14 +177,14 @@ Flags:
 // policyConfig maps a sweep policy name to the pool's policy config. The
 // policies keep their defaults: the sweep compares them, it does not tune
 // them. Only the random policy's seed is fixed, for reproducibility.
-func policyConfig(name string, seed uint64) (upstream.PolicyConfig, error) {
-	pc := upstream.DefaultPolicyConfig()
+func policyConfig(name string, seed uint64) (policy.Config, error) {
+	pc := policy.DefaultConfig()
 	pc.Random.Seed = seed + 1
 	switch name {
 	case "lmetric-sticky":
-		pc.Name, pc.LMetric.Variant = upstream.PolicyLMetric, upstream.LMetricSticky
+		pc.Name, pc.LMetric.Variant = "lmetric", policy.LMetricSticky
 	case "lmetric-unified":
-		pc.Name, pc.LMetric.Variant = upstream.PolicyLMetric, upstream.LMetricUnified
+		pc.Name, pc.LMetric.Variant = "lmetric", policy.LMetricUnified
 	default:
 		pc.Name = name
 	}
@@ -486,7 +487,7 @@ func sendChat(ctx context.Context, pool *upstream.Pool, r *preparedRequest, held
 		Path:   "/v1/chat/completions",
 		Header: http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}},
 		Body:   r.body,
-		Routing: upstream.Request{
+		Routing: policy.Request{
 			Prompt:      r.tr.Prompt,
 			InputTokens: r.tr.InputTokens,
 			User:        r.tr.User,

@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"errors"
@@ -163,7 +163,7 @@ func (t *Tracer) Recent(n int) []TraceRecord {
 }
 
 // Traceable is implemented by every picker in this package, so a caller
-// holding a Picker from NewPicker can read its decisions.
+// holding a Picker from New can read its decisions.
 type Traceable interface {
 	// Tracer returns the picker's tracer, nil when tracing is off.
 	Tracer() *Tracer
@@ -178,3 +178,13 @@ func (t *traced) Tracer() *Tracer { return t.tracer }
 // SetTracer attaches tr (nil detaches). Call it before the first Pick: the
 // field is read without a lock.
 func (t *traced) SetTracer(tr *Tracer) { t.tracer = tr }
+
+// inFlightScores fills buf with each candidate's InFlight, the score the
+// load-only policies are traced with (lower is better).
+func inFlightScores(buf []float64, cands []Candidate) []float64 {
+	buf = growFloats(buf, len(cands))
+	for i, c := range cands {
+		buf[i] = float64(c.InFlight)
+	}
+	return buf
+}

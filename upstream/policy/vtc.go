@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ type VTCConfig struct {
 	// Window is how long a user's tokens count. Default "60s" (AIBrix uses
 	// 5 minutes). Counting is bucketed in Window/12 steps, so tokens stop
 	// counting between 11/12 and 12/12 of Window after they were charged.
-	Window Duration `yaml:"window" json:"window"`
+	Window time.Duration `yaml:"window" json:"window"`
 	// InputTokenWeight and OutputTokenWeight weigh a request's input tokens
 	// (charged at Pick) and output tokens (charged at Done). Defaults 1, 2.
 	InputTokenWeight  float64 `yaml:"input_token_weight" json:"input_token_weight"`
@@ -37,7 +37,7 @@ type VTCConfig struct {
 // DefaultVTCConfig returns AIBrix's defaults with a 60-second window.
 func DefaultVTCConfig() VTCConfig {
 	return VTCConfig{
-		Window:            Duration(time.Minute),
+		Window:            time.Minute,
 		InputTokenWeight:  1,
 		OutputTokenWeight: 2,
 		MinTokens:         1000,
@@ -53,7 +53,7 @@ func (c VTCConfig) Validate() error { return errors.Join(c.validate("vtc")...) }
 
 func (c VTCConfig) validate(path string) []error {
 	var errs []error
-	if c.Window.Std() < vtcBuckets*time.Millisecond {
+	if c.Window < vtcBuckets*time.Millisecond {
 		errs = append(errs, fmt.Errorf("%s.window: must be >= %v, got %v", path, vtcBuckets*time.Millisecond, c.Window))
 	}
 	nonNeg := []struct {
@@ -178,7 +178,7 @@ func NewVTCBasic(cfg VTCConfig, now func() time.Time) (*VTCBasic, error) {
 	return &VTCBasic{
 		cfg:       cfg,
 		now:       now,
-		width:     int64(cfg.Window.Std()) / vtcBuckets,
+		width:     int64(cfg.Window) / vtcBuckets,
 		users:     make(map[string]*vtcUser),
 		lastSweep: math.MinInt64,
 	}, nil

@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 // LeastRequest picks the candidate with the fewest in-flight requests.
 // Ties go round-robin among the tied candidates, never to the first one.
