@@ -13,7 +13,9 @@
 // (gopkg.in/yaml.v3 with KnownFields, so an unknown key stops startup naming the key and its
 // line); environment variables TRIAGE_<PATH> for every scalar setting, named from the yaml
 // tags by reflection (decision.alpha → TRIAGE_DECISION_ALPHA; an unknown TRIAGE_ variable
-// or an unparsable value is an error naming the variable); the --listen flag. Then every
+// or an unparsable value is an error naming the variable), including the settings a type
+// keeps in sections of their own rather than in struct fields (see sectioned in env.go);
+// the --listen flag. Then every
 // section is validated and all problems are reported at once, joined, each prefixed by its
 // path ("decision.alpha: must be >= 0, got -1"). Nothing is ever clamped or defaulted
 // silently.
