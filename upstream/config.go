@@ -41,7 +41,8 @@ type PoolConfig struct {
 	// MaxInFlightPerReplica caps the router-local in-flight count of each
 	// replica; a replica at the cap is not a candidate. 0 means unlimited.
 	MaxInFlightPerReplica int `yaml:"max_in_flight_per_replica" json:"max_in_flight_per_replica"`
-	// Policy picks the replica of each request. Default least-request.
+	// Policy picks the replica of each request: the policy's name, its
+	// tracing, and each policy's own section. Default least-request.
 	Policy policy.Config `yaml:"policy" json:"policy"`
 	// Admission decides whether a request may enter the pool at all.
 	// Default always-admit.

@@ -37,8 +37,9 @@ type Options struct {
 	// injected RoundTripper gets only the first-byte and stream-idle timeouts
 	// from the pool and is not closed by it.
 	Transport http.RoundTripper
-	// Now tells time for ejection cooldowns and scrape freshness. Nil means
-	// time.Now. Latencies (TTFB) always use the monotonic clock.
+	// Now tells time for ejection cooldowns, scrape freshness and the
+	// policy built from the config (policy.Env). Nil means time.Now.
+	// Latencies (TTFB) always use the monotonic clock.
 	Now func() time.Time
 	// Picker replaces the policy built from PoolConfig.Policy (tests,
 	// benchmarks). Nil means build it from the config.
@@ -77,7 +78,7 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	picker, admitter := opts.Picker, opts.Admitter
 	if picker == nil {
 		var err error
-		if picker, err = policy.New(cfg.Policy); err != nil {
+		if picker, err = policy.New(cfg.Policy, policy.Env{Now: opts.Now}); err != nil {
 			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
 		}
 	}

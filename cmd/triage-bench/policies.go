@@ -174,21 +174,27 @@ Flags:
 	return c, nil
 }
 
+// lmetricVariants are the sweep names that stand for lmetric with a variant.
+var lmetricVariants = map[string]string{"lmetric-sticky": policy.LMetricSticky, "lmetric-unified": policy.LMetricUnified}
+
 // policyConfig maps a sweep policy name to the pool's policy config. The
 // policies keep their defaults: the sweep compares them, it does not tune
 // them. Only the random policy's seed is fixed, for reproducibility.
 func policyConfig(name string, seed uint64) (policy.Config, error) {
 	pc := policy.DefaultConfig()
-	pc.Random.Seed = seed + 1
-	switch name {
-	case "lmetric-sticky":
-		pc.Name, pc.LMetric.Variant = "lmetric", policy.LMetricSticky
-	case "lmetric-unified":
-		pc.Name, pc.LMetric.Variant = "lmetric", policy.LMetricUnified
-	default:
-		pc.Name = name
+	pc.Name = name
+	random := policy.SectionOf[policy.RandomConfig](pc, "random")
+	random.Seed = seed + 1
+	err := pc.SetSection("random", random)
+	if variant, ok := lmetricVariants[name]; ok && err == nil {
+		lm := policy.SectionOf[policy.LMetricConfig](pc, "lmetric")
+		pc.Name, lm.Variant = "lmetric", variant
+		err = pc.SetSection("lmetric", lm)
 	}
-	if err := pc.Validate(); err != nil {
+	if err == nil {
+		err = pc.ValidateAt("policy")
+	}
+	if err != nil {
 		return pc, fmt.Errorf("policy %q: %w", name, err)
 	}
 	return pc, nil

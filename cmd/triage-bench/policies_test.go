@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 func TestPolicyConfigNames(t *testing.T) {
@@ -17,7 +18,7 @@ func TestPolicyConfigNames(t *testing.T) {
 		require.NoError(t, err, p)
 		if strings.HasPrefix(p, "lmetric-") {
 			require.Equal(t, "lmetric", pc.Name)
-			require.Equal(t, strings.TrimPrefix(p, "lmetric-"), pc.LMetric.Variant)
+			require.Equal(t, strings.TrimPrefix(p, "lmetric-"), policy.SectionOf[policy.LMetricConfig](pc, "lmetric").Variant)
 		}
 	}
 	_, err := policyConfig("nope", 1)

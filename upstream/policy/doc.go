@@ -14,6 +14,14 @@
 // KV-cache policy study, its B3 policies). [New] builds the one a [Config]
 // names; [Names] lists them.
 //
+// Each policy registers itself from its file's init function: its name,
+// the YAML key of its own settings and their type, defaults and validation,
+// and a build function. A [Config] holds the name, the tracing settings and
+// one section per registered policy under its key (prefix_cache, lmetric,
+// weighted, vtc, random); every section is validated whichever policy is
+// selected, and [Config.UnmarshalYAML] decodes each into its own type,
+// refusing unknown keys at any depth.
+//
 // The prefix-aware policies (prefix-cache, lmetric, weighted) keep a
 // router-side index of which prompt blocks each replica was sent; it is
 // lossy by design (bounded per replica, least recently sent blocks dropped)
@@ -37,5 +45,26 @@
 // A Picker is built once per pool and lives as long as the pool; it starts
 // no goroutines and holds no resources beyond memory, so there is nothing to
 // close. Its state (prefix indexes, session bindings, fairness windows)
-// starts empty and is bounded by its config.
+// starts empty and is bounded by its config. The registry is filled by the
+// init functions and only read afterwards.
+//
+// # Adding a replica policy
+//
+// Write one file, <name>.go, holding the policy's type with its interface
+// guard (var _ Picker = (*MyPolicy)(nil)), its config type if it has
+// settings (a struct with yaml tags, a Default<Name>Config function and a
+// ValidateAt(path string) error method that reports every invalid field
+// from path), its constructor, and an init function calling
+//
+//	register("my-policy", "my_policy", DefaultMyPolicyConfig,
+//		func(c MyPolicyConfig, env Env) (Picker, error) { return picker(NewMyPolicy(c, env.Now)) })
+//
+// (key "" and defaults nil for a policy without settings, which then takes
+// noSettings). A config type holding a map or a slice also implements
+// clone, so that copies of a Config share nothing. Then write
+// <name>_test.go beside it, add the section to config/example.yaml (a test
+// requires every setting there) and the policy to docs/configuration.md.
+// Nothing else changes: the name is accepted in config files, the section
+// is decoded, validated and printed, and its scalar fields get TRIAGE_
+// environment variables and appear in triage --help.
 package policy

@@ -11,6 +11,13 @@ type LeastRequest struct {
 
 var _ Picker = (*LeastRequest)(nil)
 
+// nameLeastRequest is the default policy (DefaultConfig).
+const nameLeastRequest = "least-request"
+
+func init() {
+	register(nameLeastRequest, "", nil, func(noSettings, Env) (Picker, error) { return NewLeastRequest(), nil })
+}
+
 // NewLeastRequest returns a least-request picker.
 func NewLeastRequest() *LeastRequest { return &LeastRequest{} }
 

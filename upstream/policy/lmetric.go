@@ -33,6 +33,12 @@ type LMetricConfig struct {
 	OverloadFactor float64 `yaml:"overload_factor" json:"overload_factor"`
 }
 
+func init() {
+	register("lmetric", "lmetric", DefaultLMetricConfig, func(c LMetricConfig, _ Env) (Picker, error) {
+		return picker(NewLMetric(c))
+	})
+}
+
 // DefaultLMetricConfig returns plain lmetric with seed 000's constants.
 func DefaultLMetricConfig() LMetricConfig {
 	return LMetricConfig{
@@ -44,10 +50,9 @@ func DefaultLMetricConfig() LMetricConfig {
 	}
 }
 
-// Validate reports every invalid field, named from "lmetric".
-func (c LMetricConfig) Validate() error { return errors.Join(c.validate("lmetric")...) }
-
-func (c LMetricConfig) validate(path string) []error {
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.lmetric" in a pool's config).
+func (c LMetricConfig) ValidateAt(path string) error {
 	var errs []error
 	switch c.Variant {
 	case LMetricPlain, LMetricSticky, LMetricUnified:
@@ -64,7 +69,7 @@ func (c LMetricConfig) validate(path string) []error {
 	if !validPos(c.OverloadFactor) {
 		errs = append(errs, fmt.Errorf("%s.overload_factor: must be a finite number > 0, got %v", path, c.OverloadFactor))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 // LMetric is seed 000's policy. For each candidate:
@@ -136,7 +141,7 @@ var (
 
 // NewLMetric validates cfg and returns an lmetric picker.
 func NewLMetric(cfg LMetricConfig) (*LMetric, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateAt("lmetric"); err != nil {
 		return nil, err
 	}
 	p := &LMetric{

@@ -12,6 +12,15 @@ type RandomConfig struct {
 	Seed uint64 `yaml:"seed" json:"seed"`
 }
 
+func init() {
+	register("random", "random", func() RandomConfig { return RandomConfig{} }, func(c RandomConfig, _ Env) (Picker, error) {
+		return NewRandom(c.Seed), nil
+	})
+}
+
+// ValidateAt implements Section: every seed is valid.
+func (RandomConfig) ValidateAt(string) error { return nil }
+
 // Random picks a candidate uniformly at random (a baseline).
 //
 // Concurrency: safe for concurrent Pick; the generator sits behind a mutex.

@@ -5,19 +5,20 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 func TestNew(t *testing.T) {
 	want := map[string]any{
-		nameLeastRequest: (*LeastRequest)(nil),
-		namePrefixCache:  (*PrefixCache)(nil),
-		nameLMetric:      (*LMetric)(nil),
-		nameWeighted:     (*Weighted)(nil),
-		nameVTCBasic:     (*VTCBasic)(nil),
-		nameRoundRobin:   (*RoundRobin)(nil),
-		nameRandom:       (*Random)(nil),
+		"least-request": (*LeastRequest)(nil),
+		"prefix-cache":  (*PrefixCache)(nil),
+		"lmetric":       (*LMetric)(nil),
+		"weighted":      (*Weighted)(nil),
+		"vtc-basic":     (*VTCBasic)(nil),
+		"round-robin":   (*RoundRobin)(nil),
+		"random":        (*Random)(nil),
 	}
 	require.ElementsMatch(t, Names(), func() []string {
 		var names []string
@@ -30,7 +31,7 @@ func TestNew(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Name = name
-			p, err := New(cfg)
+			p, err := New(cfg, Env{})
 			require.NoError(t, err)
 			require.IsType(t, want[name], p)
 			require.Nil(t, p.(Traceable).Tracer(), "tracing is off by default")
@@ -41,7 +42,7 @@ func TestNew(t *testing.T) {
 			require.Less(t, i, len(cs))
 
 			cfg.Trace.Enabled = true
-			p, err = New(cfg)
+			p, err = New(cfg, Env{})
 			require.NoError(t, err)
 			p.Pick(&Request{Prompt: "hello", InputTokens: 2}, cs)
 			require.Len(t, p.(Traceable).Tracer().Recent(10), 1)
@@ -50,19 +51,53 @@ func TestNew(t *testing.T) {
 	t.Run("unknown", func(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Name = "least-loaded"
-		_, err := New(cfg)
+		_, err := New(cfg, Env{})
 		require.ErrorContains(t, err, `policy.name: unknown policy "least-loaded" (want one of least-request, lmetric, prefix-cache, random, round-robin, vtc-basic, weighted)`)
 	})
+}
+
+func TestRegisterRefusesMistakes(t *testing.T) {
+	build := func(noSettings, Env) (Picker, error) { return NewLeastRequest(), nil }
+	require.PanicsWithValue(t, `policy: "least-request" registered twice`, func() { register("least-request", "", nil, build) })
+	require.Panics(t, func() { register("", "", nil, build) })
+	require.Panics(t, func() {
+		register("other", "trace", DefaultLMetricConfig, func(LMetricConfig, Env) (Picker, error) { return nil, nil })
+	}, "name and trace are Config's own keys")
+	require.Panics(t, func() {
+		register("other", "lmetric", DefaultLMetricConfig, func(LMetricConfig, Env) (Picker, error) { return nil, nil })
+	}, "a section belongs to one policy")
+	require.Panics(t, func() {
+		register("other", "other", nil, func(LMetricConfig, Env) (Picker, error) { return nil, nil })
+	}, "a section needs defaults")
+	require.Panics(t, func() {
+		register("other", "", DefaultLMetricConfig, func(LMetricConfig, Env) (Picker, error) { return nil, nil })
+	})
+	require.NotContains(t, Names(), "other", "a refused registration leaves no trace")
+}
+
+func TestNewInjectsTheClock(t *testing.T) {
+	clock := newFakeClock()
+	cfg := DefaultConfig()
+	cfg.Name = "vtc-basic"
+	cfg.Trace.Enabled = true
+	p, err := New(cfg, Env{Now: clock.Now})
+	require.NoError(t, err)
+	vtc := p.(*VTCBasic)
+	vtc.Pick(&Request{User: "u", InputTokens: 100}, cands(0, 0))
+	require.Equal(t, 100.0, vtc.Usage("u"))
+	require.Equal(t, clock.Now(), lastTrace(t, p).Time, "the tracer tells time with the same clock")
+	clock.Advance(time.Minute)
+	require.Zero(t, vtc.Usage("u"), "the window slides on the injected clock")
 }
 
 func TestFinishers(t *testing.T) {
 	for _, name := range Names() {
 		cfg := DefaultConfig()
 		cfg.Name = name
-		p, err := New(cfg)
+		p, err := New(cfg, Env{})
 		require.NoError(t, err)
 		_, ok := p.(Finisher)
-		require.Equal(t, name == nameLMetric || name == nameVTCBasic, ok, name)
+		require.Equal(t, name == "lmetric" || name == "vtc-basic", ok, name)
 	}
 }
 
@@ -73,9 +108,9 @@ func TestPickConcurrent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Name = name
-			cfg.LMetric.Variant = LMetricUnified
+			update(&cfg, "lmetric", func(s *LMetricConfig) { s.Variant = LMetricUnified })
 			cfg.Trace.Enabled = true
-			p, err := New(cfg)
+			p, err := New(cfg, Env{})
 			require.NoError(t, err)
 			fin, _ := p.(Finisher)
 
@@ -131,7 +166,7 @@ func BenchmarkPick(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Name = name
-			p, err := New(cfg)
+			p, err := New(cfg, Env{})
 			require.NoError(b, err)
 			fin, _ := p.(Finisher)
 			b.ReportAllocs()

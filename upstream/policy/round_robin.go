@@ -12,6 +12,10 @@ type RoundRobin struct {
 
 var _ Picker = (*RoundRobin)(nil)
 
+func init() {
+	register("round-robin", "", nil, func(noSettings, Env) (Picker, error) { return NewRoundRobin(), nil })
+}
+
 // NewRoundRobin returns a round-robin picker.
 func NewRoundRobin() *RoundRobin { return &RoundRobin{} }
 

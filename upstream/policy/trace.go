@@ -26,10 +26,9 @@ func DefaultTraceConfig() TraceConfig {
 	return TraceConfig{TopK: 3, Capacity: 1024}
 }
 
-// Validate reports every invalid field, named from "trace".
-func (c TraceConfig) Validate() error { return errors.Join(c.validate("trace")...) }
-
-func (c TraceConfig) validate(path string) []error {
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.trace" in a pool's config).
+func (c TraceConfig) ValidateAt(path string) error {
 	var errs []error
 	if c.TopK < 1 || c.TopK > 64 {
 		errs = append(errs, fmt.Errorf("%s.top_k: must be in [1, 64], got %d", path, c.TopK))
@@ -37,7 +36,7 @@ func (c TraceConfig) validate(path string) []error {
 	if c.Capacity < 1 || c.Capacity > 1<<20 {
 		errs = append(errs, fmt.Errorf("%s.capacity: must be in [1, %d], got %d", path, 1<<20, c.Capacity))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 // TraceCandidate is one candidate as the policy scored it.

@@ -89,8 +89,8 @@ func TestTracerAllocs(t *testing.T) {
 }
 
 func TestTraceConfigValidate(t *testing.T) {
-	require.NoError(t, DefaultTraceConfig().Validate())
-	err := TraceConfig{TopK: 100, Capacity: -1}.Validate()
+	require.NoError(t, DefaultTraceConfig().ValidateAt("trace"))
+	err := TraceConfig{TopK: 100, Capacity: -1}.ValidateAt("trace")
 	require.ErrorContains(t, err, "trace.top_k: must be in [1, 64], got 100")
 	require.ErrorContains(t, err, "trace.capacity")
 }

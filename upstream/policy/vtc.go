@@ -34,6 +34,12 @@ type VTCConfig struct {
 	UtilizationWeight float64 `yaml:"utilization_weight" json:"utilization_weight"`
 }
 
+func init() {
+	register("vtc-basic", "vtc", DefaultVTCConfig, func(c VTCConfig, env Env) (Picker, error) {
+		return picker(NewVTCBasic(c, env.Now))
+	})
+}
+
 // DefaultVTCConfig returns AIBrix's defaults with a 60-second window.
 func DefaultVTCConfig() VTCConfig {
 	return VTCConfig{
@@ -48,10 +54,9 @@ func DefaultVTCConfig() VTCConfig {
 	}
 }
 
-// Validate reports every invalid field, named from "vtc".
-func (c VTCConfig) Validate() error { return errors.Join(c.validate("vtc")...) }
-
-func (c VTCConfig) validate(path string) []error {
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.vtc" in a pool's config).
+func (c VTCConfig) ValidateAt(path string) error {
 	var errs []error
 	if c.Window < vtcBuckets*time.Millisecond {
 		errs = append(errs, fmt.Errorf("%s.window: must be >= %v, got %v", path, vtcBuckets*time.Millisecond, c.Window))
@@ -79,7 +84,7 @@ func (c VTCConfig) validate(path string) []error {
 	if !validPos(c.MaxReplicaLoad) {
 		errs = append(errs, fmt.Errorf("%s.max_replica_load: must be a finite number > 0, got %v", path, c.MaxReplicaLoad))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 // vtcBuckets is how many sub-windows a user's token count is kept in.
@@ -169,7 +174,7 @@ var (
 // NewVTCBasic validates cfg and returns a vtc-basic picker. now is the
 // clock; nil means time.Now.
 func NewVTCBasic(cfg VTCConfig, now func() time.Time) (*VTCBasic, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateAt("vtc"); err != nil {
 		return nil, err
 	}
 	if now == nil {

@@ -130,5 +130,5 @@ func TestVTCConfigDefaultsMatchAIBrix(t *testing.T) {
 	require.Equal(t, 1.0, c.InputTokenWeight)
 	require.Equal(t, 2.0, c.OutputTokenWeight)
 	require.Equal(t, 100.0, c.MaxReplicaLoad)
-	require.NoError(t, c.Validate())
+	require.NoError(t, c.ValidateAt("vtc"))
 }
