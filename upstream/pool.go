@@ -191,6 +191,17 @@ func (p *Pool) Replicas() []ReplicaStatus {
 	return out
 }
 
+// Tracer returns the decision tracer of the pool's picker: the recent
+// decisions with their best-scored candidates (see policy.Tracer.Recent).
+// It is nil when tracing is off (PoolConfig.Policy.Trace.Enabled false) or
+// when an injected Options.Picker keeps no tracer.
+func (p *Pool) Tracer() *policy.Tracer {
+	if t, ok := p.picker.(policy.Traceable); ok {
+		return t.Tracer()
+	}
+	return nil
+}
+
 // Drain stops new requests to the replica; those in flight finish. It is
 // idempotent.
 func (p *Pool) Drain(replicaID string) error { return p.setDraining(replicaID, true) }

@@ -277,6 +277,29 @@ func TestDrainAndNoHealthyReplica(t *testing.T) {
 	require.Equal(t, 1.0, f.metric(t, "triage_upstream_replica_healthy", map[string]string{"replica": "r1"}))
 }
 
+func TestTracerFollowsThePolicyConfig(t *testing.T) {
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
+	cfg := testConfig(srv.URL, srv.URL+"/")
+	require.Nil(t, newFixture(t, cfg, nil, nil).pool.Tracer(), "tracing is off by default")
+	require.Nil(t, newFixture(t, cfg, &stubPicker{}, nil).pool.Tracer(), "an injected picker without a tracer has none")
+
+	cfg.Policy.Trace.Enabled = true
+	cfg.Policy.Trace.Capacity = 4
+	f := newFixture(t, cfg, nil, nil)
+	tr := f.pool.Tracer()
+	require.NotNil(t, tr)
+	require.Equal(t, 4, tr.Capacity())
+	for range 2 {
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/", Routing: policy.Request{Prompt: "hi"}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	recs := tr.Recent(10)
+	require.Len(t, recs, 2)
+	require.Equal(t, []string{"r0", "r1"}, []string{recs[0].Chosen.ID, recs[1].Chosen.ID}, "least-request rotates among the idle replicas")
+	require.True(t, recs[0].LowerIsBetter)
+}
+
 func TestMaxInFlightPerReplica(t *testing.T) {
 	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
 	cfg := testConfig(srv.URL)

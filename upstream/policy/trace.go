@@ -143,6 +143,15 @@ func (t *Tracer) Record(cands []Candidate, scores []float64, chosen int, lowerIs
 	r.Regret = max(r.Regret, 0)
 }
 
+// Capacity returns how many records t keeps (0 for a nil Tracer): Recent
+// never returns more.
+func (t *Tracer) Capacity() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.ring)
+}
+
 // Recent returns up to n of the latest decisions, oldest first. The
 // records are copies; the caller may keep them.
 func (t *Tracer) Recent(n int) []TraceRecord {

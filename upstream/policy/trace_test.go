@@ -94,3 +94,14 @@ func TestTraceConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, "trace.top_k: must be in [1, 64], got 100")
 	require.ErrorContains(t, err, "trace.capacity")
 }
+
+func TestTracerCapacity(t *testing.T) {
+	var none *Tracer
+	require.Zero(t, none.Capacity())
+	tr := NewTracer(2, 3, nil)
+	require.Equal(t, 3, tr.Capacity())
+	for range 5 {
+		tr.Record(cands(0), []float64{1}, 0, false, "")
+	}
+	require.Len(t, tr.Recent(100), tr.Capacity(), "Recent never returns more than Capacity")
+}
