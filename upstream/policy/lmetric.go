@@ -6,7 +6,8 @@ import (
 	"sync"
 )
 
-// LMetric variants (seed 000).
+// LMetric variants, as in the agentic-KV-cache policy study (its B3
+// policies) that lmetric comes from.
 const (
 	LMetricPlain   = ""        // per-request scoring, no affinity
 	LMetricSticky  = "sticky"  // hard session affinity
@@ -39,7 +40,7 @@ func init() {
 	})
 }
 
-// DefaultLMetricConfig returns plain lmetric with seed 000's constants.
+// DefaultLMetricConfig returns plain lmetric with the study's constants.
 func DefaultLMetricConfig() LMetricConfig {
 	return LMetricConfig{
 		BlockChars:          128,
@@ -72,7 +73,8 @@ func (c LMetricConfig) ValidateAt(path string) error {
 	return errors.Join(errs...)
 }
 
-// LMetric is seed 000's policy. For each candidate:
+// LMetric is the lmetric policy of the agentic-KV-cache policy study (its B3
+// policies). For each candidate:
 //
 //	cache_hit   = InputTokens × matched_chars / prompt_chars
 //	new_prefill = max(0, InputTokens − cache_hit)
@@ -81,7 +83,7 @@ func (c LMetricConfig) ValidateAt(path string) error {
 // where matched_chars is the leading run of the prompt's blocks found in
 // the router-side index of what the replica was sent, and pending_prefill
 // is the sum of new_prefill of requests picked for the replica and not yet
-// Done. InFlight stands in for the seed's running batch size. Lowest score
+// Done. InFlight stands in for the study's running batch size. Lowest score
 // wins; ties go to the smaller new_prefill (the warmer cache), then the
 // smaller InFlight, then round-robin.
 //

@@ -7,7 +7,8 @@ import (
 	"sync"
 )
 
-// PrefixCacheConfig tunes the prefix-cache policy (AIBrix, seeds 001/004).
+// PrefixCacheConfig tunes the prefix-cache policy (from AIBrix's routing
+// algorithms).
 type PrefixCacheConfig struct {
 	// BlockChars is the block size in characters (runes). Default 128,
 	// AIBrix's recommendation for its character tokenizer.

@@ -4,7 +4,9 @@ import "sync/atomic"
 
 // rotor hands out turns for breaking ties round-robin, so that equal
 // candidates share the work instead of the first one winning every time
-// (seed 000: first-seen ties pin replica 0). Safe for concurrent use.
+// (first-seen tie-breaking, as in the agentic-KV-cache policy study that
+// lmetric comes from, pins replica 0 whenever loads are equal). Safe for
+// concurrent use.
 type rotor struct{ n atomic.Uint64 }
 
 // turn returns which of count tied candidates to take, in [0, count).

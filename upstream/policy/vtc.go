@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// VTCConfig tunes the vtc-basic policy. Names and defaults follow AIBrix's
-// AIBRIX_ROUTER_VTC_* variables (seed 004) except Window.
+// VTCConfig tunes the vtc-basic policy. Names and defaults follow the
+// AIBRIX_ROUTER_VTC_* variables of AIBrix's routing algorithms, except
+// Window.
 type VTCConfig struct {
 	// Window is how long a user's tokens count. Default "60s" (AIBrix uses
 	// 5 minutes). Counting is bucketed in Window/12 steps, so tokens stop
@@ -90,8 +91,9 @@ func (c VTCConfig) ValidateAt(path string) error {
 // vtcBuckets is how many sub-windows a user's token count is kept in.
 const vtcBuckets = 12
 
-// VTCBasic is AIBrix's vtc-basic policy (seed 004). Seed 004 gives only its
-// outline and knobs; the combination below follows AIBrix's vtc_basic.go:
+// VTCBasic is AIBrix's vtc-basic policy. AIBrix's description of its routing
+// algorithms gives only its outline and knobs; the combination below follows
+// AIBrix's vtc_basic.go:
 //
 //	tokens      = the user's weighted tokens in the sliding window
 //	bucket      = max(MinTokens, (min_user_tokens + max_user_tokens) / 2)

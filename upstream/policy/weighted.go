@@ -9,7 +9,8 @@ import (
 	"sync"
 )
 
-// Scorer names for WeightedConfig.Scorers (BLIS, seed 002; llm-d).
+// Scorer names for WeightedConfig.Scorers: the scorers of the BLIS cluster
+// simulator, which follow llm-d's endpoint picker.
 const (
 	ScorerPrefixAffinity = "prefix-affinity" // share of the request's blocks in the replica's index
 	ScorerQueueDepth     = "queue-depth"     // min-max normalised Waiting+InFlight, lower load is better
