@@ -21,9 +21,10 @@ import (
 // validation; Config only composes them, giving each section its path.
 //
 // Durations are Go duration strings ("50ms", "1m30s") everywhere. The sections of this
-// package and those of batcher and sim use time.Duration, which gopkg.in/yaml.v3 decodes from
-// such strings and encodes back with String(); the upstream sections use upstream.Duration, a
-// TextUnmarshaler with the same spelling. A bare number is rejected in both, never guessed.
+// package, those of batcher and sim and the replica policies' use time.Duration, which
+// gopkg.in/yaml.v3 decodes from such strings and encodes back with String(); the other
+// upstream sections use upstream.Duration, a TextUnmarshaler with the same spelling. A bare
+// number is rejected in both, never guessed.
 type Config struct {
 	Server     ServerConfig       `yaml:"server"`
 	Classifier classifier.Config  `yaml:"classifier"`

@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // noEnv keeps the test process's own environment out of Load.
@@ -133,6 +134,9 @@ func TestFileErrorsNameTheKeyAndLine(t *testing.T) {
 		{"unknown nested key", "pools:\n  fast:\n    timeouts:\n      frist_byte: 1s\n", []string{"line 4", "frist_byte"}},
 		{"bare number duration", "batcher:\n  max_wait: 50\n", []string{"line 2", "50"}},
 		{"bad upstream duration", "pools:\n  fast:\n    scrape_interval: 2\n", []string{"line 3", "invalid duration"}},
+		{"unknown policy section", "pools:\n  fast:\n    policy:\n      prefix_cach: {}\n", []string{"line 4", "prefix_cach", "policy.Config"}},
+		{"unknown key in a policy section", "pools:\n  slow:\n    policy:\n      vtc:\n        windw: 1m\n", []string{"line 5", "windw"}},
+		{"bad policy duration", "pools:\n  fast:\n    policy:\n      vtc: {window: 60}\n", []string{"line 4", "vtc.window", "invalid duration"}},
 		{"wrong type", "server:\n  body_limit: lots\n", []string{"line 2", "lots"}},
 		{"duplicate key", "server:\n  listen: a:1\n  listen: b:2\n", []string{"listen", "already defined"}},
 		{"two documents", "server: {}\n---\nlog: {}\n", []string{"more than one YAML document"}},
@@ -212,6 +216,8 @@ func TestEnvOverridesFileAndFlagOverridesEnv(t *testing.T) {
 		"TRIAGE_SIM_SLOW_DECODE_PER_TOKEN=1ms",
 		"TRIAGE_ADMIN_TOKEN=0123456789abcdef0123",
 		"TRIAGE_POOLS_FAST_POLICY_RANDOM_SEED=7",
+		"TRIAGE_POOLS_SLOW_POLICY_VTC_WINDOW=30s",
+		"TRIAGE_POOLS_SLOW_POLICY_TRACE_ENABLED=true",
 	}
 	cfg, err := Load(Sources{File: path, Environ: env})
 	require.NoError(t, err)
@@ -223,7 +229,10 @@ func TestEnvOverridesFileAndFlagOverridesEnv(t *testing.T) {
 	require.Equal(t, "prefix-cache", cfg.Pools.Fast.Policy.Name)
 	require.Equal(t, time.Millisecond, cfg.Sim.Slow.DecodePerToken)
 	require.Equal(t, "0123456789abcdef0123", cfg.Admin.Token)
-	require.Equal(t, uint64(7), cfg.Pools.Fast.Policy.Random.Seed)
+	require.Equal(t, uint64(7), policy.SectionOf[policy.RandomConfig](cfg.Pools.Fast.Policy, "random").Seed)
+	require.Equal(t, 30*time.Second, policy.SectionOf[policy.VTCConfig](cfg.Pools.Slow.Policy, "vtc").Window)
+	require.Equal(t, time.Minute, policy.SectionOf[policy.VTCConfig](cfg.Pools.Fast.Policy, "vtc").Window, "the other pool keeps its own")
+	require.True(t, cfg.Pools.Slow.Policy.Trace.Enabled)
 
 	cfg, err = Load(Sources{File: path, Environ: env, Listen: "127.0.0.1:7002"})
 	require.NoError(t, err)
@@ -250,6 +259,8 @@ func TestEnvErrorsNameTheVariable(t *testing.T) {
 		{"TRIAGE_CACHE_ENABLED=maybe", "TRIAGE_CACHE_ENABLED: invalid value \"maybe\" for cache.enabled: want true or false"},
 		{"TRIAGE_SERVER_BODY_LIMIT=1.5", "TRIAGE_SERVER_BODY_LIMIT: invalid value"},
 		{"TRIAGE_POOLS_FAST_POLICY_RANDOM_SEED=-1", "TRIAGE_POOLS_FAST_POLICY_RANDOM_SEED: invalid value"},
+		{"TRIAGE_POOLS_FAST_POLICY_VTC_WINDOW=60", `TRIAGE_POOLS_FAST_POLICY_VTC_WINDOW: invalid value "60" for pools.fast.policy.vtc.window: want a duration`},
+		{"TRIAGE_POOLS_FAST_POLICY_PREFIX_CACHE_BLOCK_CHARS=0", "pools.fast.policy.prefix_cache.block_chars: must be >= 1, got 0"},
 		{"TRIAGE_DECISION_ALPHA=-1", "decision.alpha: must be >= 0, got -1"}, // parses, then fails validation
 	} {
 		t.Run(tc.env, func(t *testing.T) {
@@ -282,6 +293,9 @@ func TestEnvVarsAreUniqueAndDocumented(t *testing.T) {
 	require.Equal(t, "50ms", defaults["TRIAGE_BATCHER_MAX_WAIT"])
 	require.Equal(t, "20s", defaults["TRIAGE_POOLS_SLOW_TIMEOUTS_FIRST_BYTE"])
 	require.Equal(t, "0.45", defaults["TRIAGE_DECISION_ALPHA"])
+	require.Equal(t, "1m0s", defaults["TRIAGE_POOLS_FAST_POLICY_VTC_WINDOW"])
+	require.Equal(t, "128", defaults["TRIAGE_POOLS_SLOW_POLICY_PREFIX_CACHE_BLOCK_CHARS"])
+	require.Equal(t, "pools.fast.policy.lmetric.variant", seen["TRIAGE_POOLS_FAST_POLICY_LMETRIC_VARIANT"])
 
 	// Every variable round-trips its own default.
 	var env []string
@@ -313,7 +327,26 @@ func TestPrintedConfigIsRedactedAndLoadsBack(t *testing.T) {
 	require.NoError(t, err)
 	back, err := Load(Sources{File: writeFile(t, string(out)), Environ: noEnv})
 	require.NoError(t, err)
-	back.Pools.Fast.Policy.Weighted.Scorers = nil // printed as the defaults they stand for
-	back.Pools.Slow.Policy.Weighted.Scorers = nil
+	require.Equal(t, cfg, back)
+}
+
+// TestPrintedPolicyLoadsBack prints pools whose policies differ from the defaults in every
+// kind of setting (name, a section's scalar, duration and map, tracing) and loads it back.
+func TestPrintedPolicyLoadsBack(t *testing.T) {
+	cfg := DefaultConfig()
+	p := &cfg.Pools.Slow.Policy
+	p.Name = "weighted"
+	p.Trace.Enabled = true
+	w := policy.SectionOf[policy.WeightedConfig](*p, "weighted")
+	w.Scorers = map[string]float64{"load-balance": 2, "kv-utilization": 1}
+	require.NoError(t, p.SetSection("weighted", w))
+	v := policy.SectionOf[policy.VTCConfig](*p, "vtc")
+	v.Window = 90 * time.Second
+	require.NoError(t, p.SetSection("vtc", v))
+
+	out, err := cfg.YAML()
+	require.NoError(t, err)
+	back, err := Load(Sources{File: writeFile(t, string(out)), Environ: noEnv})
+	require.NoError(t, err)
 	require.Equal(t, cfg, back)
 }

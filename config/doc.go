@@ -11,18 +11,21 @@
 //
 // [Load] builds a Config from, in increasing precedence: [DefaultConfig]; one YAML file
 // (gopkg.in/yaml.v3 with KnownFields, so an unknown key stops startup naming the key and its
-// line); environment variables TRIAGE_<PATH> for every scalar setting, named from the yaml
-// tags by reflection (decision.alpha → TRIAGE_DECISION_ALPHA; an unknown TRIAGE_ variable
-// or an unparsable value is an error naming the variable); the --listen flag. Then every
-// section is validated and all problems are reported at once, joined, each prefixed by its
-// path ("decision.alpha: must be >= 0, got -1"). Nothing is ever clamped or defaulted
-// silently.
+// line; the replica policy's section, policy.Config, decodes itself just as strictly);
+// environment variables TRIAGE_<PATH> for every scalar setting, named from the yaml tags by
+// reflection (decision.alpha → TRIAGE_DECISION_ALPHA; an unknown TRIAGE_ variable or an
+// unparsable value is an error naming the variable), including the settings a type keeps in
+// sections of their own rather than in struct fields, as policy.Config keeps one per replica
+// policy (see sectioned in env.go); the --listen flag. Then every section is validated and
+// all problems are reported at once, joined, each prefixed by its path ("decision.alpha: must
+// be >= 0, got -1"). Nothing is ever clamped or defaulted silently.
 //
 // Durations are Go duration strings ("50ms"). Sections typed with time.Duration (server,
-// cache, batcher, sim) decode through yaml.v3's native support, which accepts only strings;
-// the upstream sections use upstream.Duration, a TextUnmarshaler. Because yaml.v3 reports a
-// failing UnmarshalText without position, Load first walks the YAML node tree alongside the
-// Go types and checks those values itself, so the message names line and path.
+// cache, batcher, sim, the replica policies) decode through yaml.v3's native support or the
+// policy section's own decoder, both of which accept only strings; the other upstream
+// sections use upstream.Duration, a TextUnmarshaler. Because yaml.v3 reports a failing
+// UnmarshalText without position, Load first walks the YAML node tree alongside the Go types
+// and checks those values itself, so the message names line and path.
 //
 // example.yaml (embedded as [Example]) documents every setting with its default; tests keep
 // it loading to exactly DefaultConfig and naming every key, so it cannot drift. [EnvVars]

@@ -30,39 +30,66 @@ type EnvVar struct {
 	Default string
 }
 
-// EnvVars lists every environment override with its default, in Config field order.
+// EnvVars lists every environment override with its default, in Config field order (the
+// sections of a sectioned type, such as the replica policy's, after its fields, in key order).
 func EnvVars() []EnvVar {
-	def := reflect.ValueOf(DefaultConfig())
+	def := DefaultConfig()
+	root := reflect.ValueOf(&def).Elem()
 	fields := envFields()
 	out := make([]EnvVar, 0, len(fields))
 	for _, f := range fields {
-		out = append(out, EnvVar{Name: f.env, Path: f.path, Default: formatScalar(def.FieldByIndex(f.index))})
+		out = append(out, EnvVar{Name: f.env, Path: f.path, Default: formatScalar(valueAt(root, f.steps))})
 	}
 	return out
+}
+
+// sectioned is implemented, through a pointer, by a config type that holds some of its
+// settings in sections rather than struct fields: each section is a value of its own type
+// under its own YAML key, as policy.Config holds one per replica policy. The environment
+// walks a section like a nested struct field named by its key, and changes one by reading
+// the section, setting the field in that copy and handing it back with SetSection.
+type sectioned interface {
+	SectionKeys() []string
+	Section(key string) any
+	SetSection(key string, v any) error
+}
+
+var sectionedType = reflect.TypeFor[sectioned]()
+
+// step is one move from a value to a setting inside it: into struct field number field,
+// or, when section is set, into that section of a sectioned value.
+type step struct {
+	field   int
+	section string
 }
 
 // envField is one scalar setting reachable from Config.
 type envField struct {
 	env   string // TRIAGE_...
 	path  string // dotted YAML path
-	index []int  // for reflect.Value.FieldByIndex
+	steps []step // from the Config to the setting
 }
 
-// envFields is computed once: the set of settings is fixed by the types.
-var envFields = sync.OnceValue(func() []envField {
+// envFields is computed once: the set of settings is fixed by the types (and, for sectioned
+// types, by the sections registered at init).
+var envFields = sync.OnceValue(func() []envField { return scalarFields(reflect.TypeFor[Config]()) })
+
+// scalarFields lists every scalar setting under the struct type t.
+func scalarFields(t reflect.Type) []envField {
 	var out []envField
-	walkScalars(reflect.TypeFor[Config](), nil, nil, &out)
+	walkScalars(t, nil, nil, &out)
 	return out
-})
+}
 
 var (
 	durationType        = reflect.TypeFor[time.Duration]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// walkScalars appends every scalar field under t, named by its yaml tags. Inline structs
-// share their parent's path; fields tagged "-" and unexported fields are skipped.
-func walkScalars(t reflect.Type, path []string, index []int, out *[]envField) {
+// walkScalars appends every scalar field under t, named by its yaml tags, then the scalars of
+// t's sections when t is sectioned. Inline structs share their parent's path; fields tagged
+// "-" and unexported fields are skipped.
+func walkScalars(t reflect.Type, path []string, steps []step, out *[]envField) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -73,26 +100,79 @@ func walkScalars(t reflect.Type, path []string, index []int, out *[]envField) {
 		if name == "-" {
 			continue
 		}
-		idx := append(slices.Clone(index), i)
+		st := append(slices.Clone(steps), step{field: i})
 		if f.Anonymous && slices.Contains(strings.Split(opts, ","), "inline") {
-			walkScalars(f.Type, path, idx, out)
+			walkScalars(f.Type, path, st, out)
 			continue
 		}
 		if name == "" {
 			name = strings.ToLower(f.Name) // yaml.v3's default key
 		}
-		p := append(slices.Clone(path), name)
-		switch {
-		case isScalar(f.Type):
-			*out = append(*out, envField{
-				env:   EnvPrefix + strings.ToUpper(strings.Join(p, "_")),
-				path:  strings.Join(p, "."),
-				index: idx,
-			})
-		case f.Type.Kind() == reflect.Struct:
-			walkScalars(f.Type, p, idx, out)
+		walkValue(f.Type, append(slices.Clone(path), name), st, out)
+	}
+	if reflect.PointerTo(t).Implements(sectionedType) {
+		s := reflect.New(t).Interface().(sectioned)
+		for _, key := range s.SectionKeys() {
+			st := append(slices.Clone(steps), step{section: key})
+			walkValue(reflect.TypeOf(s.Section(key)), append(slices.Clone(path), key), st, out)
 		}
 	}
+}
+
+// walkValue appends the setting of type t at path: itself when it is a scalar, the scalars
+// inside it when it is a struct, nothing otherwise (lists and maps are set in the file).
+func walkValue(t reflect.Type, path []string, steps []step, out *[]envField) {
+	switch {
+	case isScalar(t):
+		*out = append(*out, envField{
+			env:   EnvPrefix + strings.ToUpper(strings.Join(path, "_")),
+			path:  strings.Join(path, "."),
+			steps: steps,
+		})
+	case t.Kind() == reflect.Struct:
+		walkScalars(t, path, steps, out)
+	}
+}
+
+// valueAt follows steps from v, which must be addressable, and returns the setting there.
+// A section is read into a fresh addressable copy, so what is returned may be read but not
+// set: setAt changes settings.
+func valueAt(v reflect.Value, steps []step) reflect.Value {
+	for _, st := range steps {
+		if st.section == "" {
+			v = v.Field(st.field)
+			continue
+		}
+		v = sectionCopy(v.Addr().Interface().(sectioned), st.section)
+	}
+	return v
+}
+
+// setAt parses s into the setting that steps lead to from v, which must be addressable. A
+// section on the way is copied, changed and handed back with SetSection, so a sectioned
+// type never shares its sections with the caller.
+func setAt(v reflect.Value, steps []step, s string) error {
+	for i, st := range steps {
+		if st.section == "" {
+			v = v.Field(st.field)
+			continue
+		}
+		sec := v.Addr().Interface().(sectioned)
+		c := sectionCopy(sec, st.section)
+		if err := setAt(c, steps[i+1:], s); err != nil {
+			return err
+		}
+		return sec.SetSection(st.section, c.Interface())
+	}
+	return setScalar(v, s)
+}
+
+// sectionCopy returns an addressable copy of section key of sec.
+func sectionCopy(sec sectioned, key string) reflect.Value {
+	cur := reflect.ValueOf(sec.Section(key))
+	c := reflect.New(cur.Type()).Elem()
+	c.Set(cur)
+	return c
 }
 
 func isScalar(t reflect.Type) bool {
@@ -112,11 +192,15 @@ func isScalar(t reflect.Type) bool {
 // applyEnv sets every field named by a TRIAGE_ variable in env. It reports every unknown
 // variable and every unparsable value, each naming its variable.
 func applyEnv(cfg *Config, env []string) error {
-	byName := make(map[string]envField, len(envFields()))
-	for _, f := range envFields() {
+	return applyEnvTo(reflect.ValueOf(cfg).Elem(), envFields(), env)
+}
+
+// applyEnvTo is applyEnv over any root value (addressable) and its fields.
+func applyEnvTo(root reflect.Value, fields []envField, env []string) error {
+	byName := make(map[string]envField, len(fields))
+	for _, f := range fields {
 		byName[f.env] = f
 	}
-	root := reflect.ValueOf(cfg).Elem()
 	var errs []error
 	for _, kv := range env {
 		name, value, ok := cutEnv(kv)
@@ -128,7 +212,7 @@ func applyEnv(cfg *Config, env []string) error {
 			errs = append(errs, fmt.Errorf("%s: unknown variable (no such setting; `triage --help` lists them all)", name))
 			continue
 		}
-		if err := setScalar(root.FieldByIndex(f.index), value); err != nil {
+		if err := setAt(root, f.steps, value); err != nil {
 			errs = append(errs, fmt.Errorf("%s: invalid value %q for %s: %w", name, value, f.path, err))
 		}
 	}

@@ -50,15 +50,5 @@ func redactPool(p upstream.PoolConfig) upstream.PoolConfig {
 	return p
 }
 
-// YAML renders c, secrets redacted, in the form Load reads. Unset scorer weights are
-// printed as the defaults they stand for (yaml would print an unset map as {}, which the
-// weighted policy refuses).
-func (c Config) YAML() ([]byte, error) {
-	r := c.Redacted()
-	for _, p := range []*upstream.PoolConfig{&r.Pools.Fast, &r.Pools.Slow} {
-		if p.Policy.Weighted.Scorers == nil {
-			p.Policy.Weighted.Scorers = upstream.DefaultScorerWeights()
-		}
-	}
-	return yaml.Marshal(r)
-}
+// YAML renders c, secrets redacted, in the form Load reads.
+func (c Config) YAML() ([]byte, error) { return yaml.Marshal(c.Redacted()) }

@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // admin guards an admin handler with the configured bearer token. The scheme is matched
@@ -118,6 +120,57 @@ func (s *Server) poolNamed(name string) *upstream.Pool {
 		return s.slow
 	}
 	return nil
+}
+
+// defaultTraceLimit is how many decisions GET /admin/trace returns without a limit (fewer
+// when the pool keeps fewer).
+const defaultTraceLimit = 100
+
+type traceResponse struct {
+	Path     string               `json:"path"`
+	Pool     string               `json:"pool"`
+	Policy   string               `json:"policy"`
+	Capacity int                  `json:"capacity"`
+	Records  []policy.TraceRecord `json:"records"`
+}
+
+// handleTrace returns a pool's latest replica-policy decisions, oldest first:
+// ?pool=fast|slow (or the pool's name) and an optional ?limit=N in [1, the pool's
+// policy.trace.capacity] (default 100 or the capacity if smaller).
+func (s *Server) handleTrace(c *fiber.Ctx, _ *request) error {
+	name := c.Query("pool")
+	if name == "" {
+		return badRequest("missing_field", "pool", "pool: required, %q or %q", router.PathFast, router.PathSlow)
+	}
+	p := s.poolNamed(name)
+	if p == nil {
+		return &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "unknown_pool", param: "pool",
+			message: fmt.Sprintf("pool: must be %q or %q, got %q", router.PathFast, router.PathSlow, name)}
+	}
+	path, policyName := router.PathFast, s.cfg.Pools.Fast.Policy.Name
+	if p == s.slow {
+		path, policyName = router.PathSlow, s.cfg.Pools.Slow.Policy.Name
+	}
+	tr := p.Tracer()
+	if tr == nil {
+		return &apiError{status: http.StatusConflict, typ: typeInvalidRequest, code: "trace_disabled", param: "pool",
+			message: fmt.Sprintf("decision tracing is off for pool %s: set pools.%s.policy.trace.enabled: true (TRIAGE_POOLS_%s_POLICY_TRACE_ENABLED=true) and restart",
+				p.Name(), path, strings.ToUpper(path))}
+	}
+	limit := min(defaultTraceLimit, tr.Capacity())
+	if raw := c.Query("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > tr.Capacity() {
+			return badRequest("invalid_limit", "limit", "limit: must be an integer in [1, %d] (pools.%s.policy.trace.capacity), got %q",
+				tr.Capacity(), path, raw)
+		}
+		limit = n
+	}
+	records := tr.Recent(limit)
+	if records == nil {
+		records = []policy.TraceRecord{} // [] rather than null before the first decision
+	}
+	return sendJSON(c, http.StatusOK, traceResponse{Path: path, Pool: p.Name(), Policy: policyName, Capacity: tr.Capacity(), Records: records})
 }
 
 type statusPool struct {

@@ -55,6 +55,7 @@ func (s *Server) newApp() *fiber.App {
 		app.Post("/admin/drain", s.endpoint("admin_drain", s.admin(s.handleDrain)))
 		app.Post("/admin/undrain", s.endpoint("admin_undrain", s.admin(s.handleUndrain)))
 		app.Get("/admin/status", s.endpoint("admin_status", s.admin(s.handleStatus)))
+		app.Get("/admin/trace", s.endpoint("admin_trace", s.admin(s.handleTrace)))
 	}
 
 	// fiber answers a method it does not know with a plain-text 400 before any route or

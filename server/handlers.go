@@ -14,6 +14,7 @@ import (
 
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // handleQueryProcess is the seed's contract: classify, decide, execute a small chat
@@ -79,7 +80,7 @@ func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput,
 		Path:     "/v1/chat/completions",
 		Body:     body,
 		SetModel: true,
-		Routing:  upstream.Request{Prompt: prompt, InputTokens: len(prompt) / 4, Session: session},
+		Routing:  policy.Request{Prompt: prompt, InputTokens: len(prompt) / 4, Session: session},
 	})
 	if err != nil {
 		return failedReplica(err), err

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/router"
-	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 func TestRoutingKeyBoundsLength(t *testing.T) {
@@ -29,8 +29,10 @@ func TestRoutingKeyBoundsLength(t *testing.T) {
 func TestLongUserKeysDoNotGrowTheHeap(t *testing.T) {
 	// Simulated replicas: they keep nothing of a request (the recording fake would).
 	cfg := testConfig([]string{simUpstream(t, "f0", "m"), simUpstream(t, "f1", "m")}, []string{simUpstream(t, "s0", "m")})
-	cfg.Pools.Fast.Policy.Name = upstream.PolicyLMetric
-	cfg.Pools.Fast.Policy.LMetric.Variant = upstream.LMetricSticky
+	cfg.Pools.Fast.Policy.Name = "lmetric"
+	lm := policy.SectionOf[policy.LMetricConfig](cfg.Pools.Fast.Policy, "lmetric")
+	lm.Variant = policy.LMetricSticky
+	require.NoError(t, cfg.Pools.Fast.Policy.SetSection("lmetric", lm))
 	cfg.Cache.Enabled = false
 	_, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
 	ts := struct{ url string }{url}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // handleChat proxies POST /v1/chat/completions.
@@ -103,7 +104,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		Header:   header,
 		Body:     body,
 		SetModel: true,
-		Routing:  upstream.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session},
+		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session},
 	})
 	if err != nil {
 		if id := failedReplica(err); id != "" {

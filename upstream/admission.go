@@ -3,11 +3,23 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/triage-gw/triage/upstream/policy"
 )
+
+// ErrRejected is returned by an Admitter that refuses a request.
+var ErrRejected = errors.New("request rejected by admission policy")
+
+// Admitter decides whether a request may enter a pool at all.
+type Admitter interface {
+	// Admit returns nil or ErrRejected. It must not block.
+	Admit(req *policy.Request) error
+}
 
 // Admission policy names, as written in config (AdmissionConfig.Name).
 const (
@@ -94,7 +106,7 @@ type AlwaysAdmit struct{}
 var _ Admitter = AlwaysAdmit{}
 
 // Admit implements Admitter.
-func (AlwaysAdmit) Admit(*Request) error { return nil }
+func (AlwaysAdmit) Admit(*policy.Request) error { return nil }
 
 // RejectAll rejects every request (for tests of the rejection path).
 type RejectAll struct{}
@@ -104,7 +116,7 @@ var _ Admitter = RejectAll{}
 var errRejectAll = fmt.Errorf("%w: reject-all", ErrRejected)
 
 // Admit implements Admitter.
-func (RejectAll) Admit(*Request) error { return errRejectAll }
+func (RejectAll) Admit(*policy.Request) error { return errRejectAll }
 
 // The token bucket's rejections, built once so Admit never allocates.
 var (
@@ -141,7 +153,7 @@ func NewTokenBucket(cfg TokenBucketConfig, now func() time.Time) (*TokenBucket, 
 }
 
 // Admit implements Admitter. It returns an error wrapping ErrRejected.
-func (b *TokenBucket) Admit(req *Request) error {
+func (b *TokenBucket) Admit(req *policy.Request) error {
 	cost := float64(max(req.InputTokens, 0))
 	if cost > b.capacity {
 		return errBucketTooSmall
@@ -172,3 +184,6 @@ func (b *TokenBucket) refill() {
 		b.last = now
 	}
 }
+
+// validPos reports whether v is a finite number > 0.
+func validPos(v float64) bool { return v > 0 && !math.IsInf(v, 1) }

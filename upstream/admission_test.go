@@ -1,11 +1,14 @@
 package upstream
 
 import (
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 func TestNewAdmitter(t *testing.T) {
@@ -35,16 +38,20 @@ func TestNewAdmitter(t *testing.T) {
 }
 
 func TestAlwaysAndRejectAll(t *testing.T) {
-	req := &Request{InputTokens: 1 << 30}
+	req := &policy.Request{InputTokens: 1 << 30}
 	require.NoError(t, AlwaysAdmit{}.Admit(req))
 	require.ErrorIs(t, RejectAll{}.Admit(req), ErrRejected)
+}
+
+func TestDefaultAdmissionConfigIsValid(t *testing.T) {
+	require.NoError(t, DefaultAdmissionConfig().Validate())
 }
 
 func TestTokenBucket(t *testing.T) {
 	clock := newFakeClock()
 	b, err := NewTokenBucket(TokenBucketConfig{Capacity: 100, RefillPerSecond: 10}, clock.Now)
 	require.NoError(t, err)
-	admit := func(tokens int) error { return b.Admit(&Request{InputTokens: tokens}) }
+	admit := func(tokens int) error { return b.Admit(&policy.Request{InputTokens: tokens}) }
 
 	require.NoError(t, admit(60), "starts full")
 	require.NoError(t, admit(40))
@@ -109,7 +116,7 @@ func TestTokenBucketConcurrent(t *testing.T) {
 	for range 4 {
 		go func() {
 			for range 100 {
-				admitted <- b.Admit(&Request{InputTokens: 5}) == nil
+				admitted <- b.Admit(&policy.Request{InputTokens: 5}) == nil
 			}
 		}()
 	}
@@ -120,4 +127,30 @@ func TestTokenBucketConcurrent(t *testing.T) {
 		}
 	}
 	require.Equal(t, 200, n, "exactly capacity/cost requests pass")
+}
+
+func TestErrorsWrapRejected(t *testing.T) {
+	for _, err := range []error{errRejectAll, errBucketEmpty, errBucketTooSmall} {
+		require.True(t, errors.Is(err, ErrRejected), err.Error())
+	}
+}
+
+// fakeClock is a manual clock for admitters that read time.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // PoolConfig describes one pool of interchangeable replicas serving the same
@@ -39,8 +41,9 @@ type PoolConfig struct {
 	// MaxInFlightPerReplica caps the router-local in-flight count of each
 	// replica; a replica at the cap is not a candidate. 0 means unlimited.
 	MaxInFlightPerReplica int `yaml:"max_in_flight_per_replica" json:"max_in_flight_per_replica"`
-	// Policy picks the replica of each request. Default least-request.
-	Policy PolicyConfig `yaml:"policy" json:"policy"`
+	// Policy picks the replica of each request: the policy's name, its
+	// tracing, and each policy's own section. Default least-request.
+	Policy policy.Config `yaml:"policy" json:"policy"`
 	// Admission decides whether a request may enter the pool at all.
 	// Default always-admit.
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
@@ -125,7 +128,7 @@ type TimeoutsConfig struct {
 // and Replicas are left for the caller.
 func DefaultPoolConfig() PoolConfig {
 	return PoolConfig{
-		Policy:    DefaultPolicyConfig(),
+		Policy:    policy.DefaultConfig(),
 		Admission: DefaultAdmissionConfig(),
 		HealthCheck: HealthCheckConfig{
 			Path:           "/health",

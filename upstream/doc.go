@@ -6,14 +6,15 @@
 // A Pool is a set of interchangeable replicas of one model (the fast pool or
 // the slow pool). Pool.Do takes one request, asks the pool's Admitter whether
 // it may enter, builds a Candidate for every replica that may take it, lets
-// the pool's Picker choose, and proxies the request over net/http. The
+// the pool's policy.Picker choose, and proxies the request over net/http. The
 // response body streams through unbuffered, so SSE chunks reach the caller as
 // the replica writes them. An attempt that fails before the first response
 // byte is retried once on another replica (see Pool.Do for the exact rules).
 //
-// Replica picking policies (the Picker and Admitter implementations) live in
-// this package too, behind those two interfaces; the pool knows them only by
-// interface.
+// The replica policies (the policy.Picker implementations) live in package
+// upstream/policy, which builds the one a PoolConfig.Policy names; the pool
+// knows its picker only by that interface. Admission (the Admitter
+// implementations) stays here.
 //
 // Signals: a replica's in-flight count is router-local and exact. Queue
 // depth, running batch and KV-cache utilisation are scraped from the
@@ -45,8 +46,8 @@
 //
 // Every Response's Body must be closed exactly once. Close ends the
 // request's accounting: the replica's in-flight count, the outcome metric
-// and the Picker's Done (for pickers implementing Finisher), and cancels the
-// upstream request if it was not read to its end. Cancelling the ctx given
+// and the picker's Done (for pickers implementing policy.Finisher), and
+// cancels the upstream request if it was not read to its end. Cancelling the ctx given
 // to Do cancels the upstream request at any point. For a graceful shutdown,
 // stop sending requests and wait for InFlight to reach zero.
 package upstream

@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,28 +51,4 @@ func TestDurationRoundTrip(t *testing.T) {
 	var back struct{ D Duration }
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, d, back.D)
-}
-
-func TestPolicyConfigFromYAML(t *testing.T) {
-	cfg := DefaultPolicyConfig()
-	dec := yaml.NewDecoder(strings.NewReader(`
-name: vtc-basic
-vtc:
-  window: 30s
-  fairness_weight: 2
-weighted:
-  scorers: {load-balance: 1}
-`))
-	dec.KnownFields(true)
-	require.NoError(t, dec.Decode(&cfg))
-	require.NoError(t, cfg.Validate())
-	require.Equal(t, 30*time.Second, cfg.VTC.Window.Std())
-	require.Equal(t, 2.0, cfg.VTC.FairnessWeight)
-	require.Equal(t, 2.0, cfg.VTC.OutputTokenWeight, "omitted fields keep defaults")
-	require.Equal(t, map[string]float64{"load-balance": 1}, cfg.Weighted.Scorers, "scorers replace the defaults, not merge")
-
-	cfg = DefaultPolicyConfig()
-	dec = yaml.NewDecoder(strings.NewReader("prefix_cache:\n  imbalance: 3\n"))
-	dec.KnownFields(true)
-	require.ErrorContains(t, dec.Decode(&cfg), "field imbalance not found")
 }

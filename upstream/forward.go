@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // ErrUpstreamTimeout is wrapped by the *UpstreamError of an attempt that hit
@@ -66,7 +68,7 @@ type ForwardRequest struct {
 	// get Body unchanged.
 	SetModel bool
 	// Routing is what the pool's Admitter and Picker see.
-	Routing Request
+	Routing policy.Request
 }
 
 // Response is a replica's answer. Body must be closed exactly once, whether
@@ -180,7 +182,7 @@ func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
 type attempt struct {
 	p      *Pool
 	r      *replica
-	req    *Request
+	req    *policy.Request
 	parent context.Context // the caller's
 	actx   context.Context // the upstream request's, derived from parent
 	cancel context.CancelCauseFunc

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // flushEvent writes one SSE event and pushes it onto the wire.
@@ -566,7 +568,7 @@ func TestBusyAnswersAreRetriedAndNeverEject(t *testing.T) {
 			okSrv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{}`) })
 			cfg := testConfig(busySrv.URL, okSrv.URL)
 			cfg.PassiveEjection.ConsecutiveFailures = 1
-			f := newFixture(t, cfg, &stubPicker{pick: func(*Request, []Candidate) int { return 0 }}, nil)
+			f := newFixture(t, cfg, &stubPicker{pick: func(*policy.Request, []policy.Candidate) int { return 0 }}, nil)
 			for range 5 {
 				resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", Body: []byte(`{}`)})
 				require.NoError(t, err)
@@ -599,7 +601,7 @@ func TestBusyAnswerStandsWhenNoOtherReplica(t *testing.T) {
 	})
 	cfg := testConfig(srv.URL)
 	cfg.PassiveEjection.ConsecutiveFailures = 1
-	f := newFixture(t, cfg, NewLeastRequest(), nil)
+	f := newFixture(t, cfg, policy.NewLeastRequest(), nil)
 	for range 3 {
 		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", Body: []byte(`{}`)})
 		require.NoError(t, err)
@@ -621,7 +623,7 @@ func TestSlowFirstByteCountsTowardEjection(t *testing.T) {
 	cfg := testConfig(srv.URL)
 	cfg.PassiveEjection.ConsecutiveFailures = 2
 	cfg.PassiveEjection.SlowFirstByte = Duration(20 * time.Millisecond)
-	f := newFixture(t, cfg, NewLeastRequest(), nil)
+	f := newFixture(t, cfg, policy.NewLeastRequest(), nil)
 	for i := range 2 {
 		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", Body: []byte(`{}`)})
 		require.NoError(t, err, "attempt %d", i)

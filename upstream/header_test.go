@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // A header value HTTP forbids can never be sent to any replica. Before the fix, net/http
@@ -23,7 +25,7 @@ func TestInvalidHeaderValueIsTheCallersFaultNotTheReplicas(t *testing.T) {
 	}
 	cfg := testConfig(replicaServer(t, h).URL, replicaServer(t, h).URL)
 	cfg.PassiveEjection.ConsecutiveFailures = 1 // the first failure counted would eject
-	f := newFixture(t, cfg, NewLeastRequest(), nil)
+	f := newFixture(t, cfg, policy.NewLeastRequest(), nil)
 
 	for _, v := range []string{"agent\x01", "a\x00b", "line\r\nX-Injected: 1", "del\x7f", "\x1b[31m"} {
 		hdr := http.Header{"User-Agent": {v}}

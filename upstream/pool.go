@@ -11,8 +11,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/triage-gw/triage/upstream/policy"
 	"golang.org/x/sync/errgroup"
 )
+
+// ErrNoHealthyReplica is returned when a pool has no replica that may take a
+// request (all ejected, draining or failing their health checks).
+var ErrNoHealthyReplica = errors.New("no healthy replica")
 
 // ErrUnknownReplica is returned by Drain and Undrain for an ID the pool does
 // not hold.
@@ -32,12 +37,13 @@ type Options struct {
 	// injected RoundTripper gets only the first-byte and stream-idle timeouts
 	// from the pool and is not closed by it.
 	Transport http.RoundTripper
-	// Now tells time for ejection cooldowns and scrape freshness. Nil means
-	// time.Now. Latencies (TTFB) always use the monotonic clock.
+	// Now tells time for ejection cooldowns, scrape freshness and the
+	// policy built from the config (policy.Env). Nil means time.Now.
+	// Latencies (TTFB) always use the monotonic clock.
 	Now func() time.Time
 	// Picker replaces the policy built from PoolConfig.Policy (tests,
 	// benchmarks). Nil means build it from the config.
-	Picker Picker
+	Picker policy.Picker
 	// Admitter replaces the admission built from PoolConfig.Admission. Nil
 	// means build it from the config.
 	Admitter Admitter
@@ -49,8 +55,8 @@ type Pool struct {
 	cfg       PoolConfig
 	replicas  []*replica
 	byID      map[string]*replica
-	picker    Picker
-	finisher  Finisher // picker as a Finisher, or nil
+	picker    policy.Picker
+	finisher  policy.Finisher // picker as a policy.Finisher, or nil
 	admitter  Admitter
 	transport http.RoundTripper
 	owned     *http.Transport // closed by Run on exit; nil if injected
@@ -72,7 +78,7 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	picker, admitter := opts.Picker, opts.Admitter
 	if picker == nil {
 		var err error
-		if picker, err = NewPicker(cfg.Policy); err != nil {
+		if picker, err = policy.New(cfg.Policy, policy.Env{Now: opts.Now}); err != nil {
 			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
 		}
 	}
@@ -101,7 +107,7 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		metrics:   m,
 		retries:   m.retries.WithLabelValues(cfg.Name),
 	}
-	p.finisher, _ = picker.(Finisher)
+	p.finisher, _ = picker.(policy.Finisher)
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -183,6 +189,17 @@ func (p *Pool) Replicas() []ReplicaStatus {
 		out[i] = r.status(now, p.staleAfter())
 	}
 	return out
+}
+
+// Tracer returns the decision tracer of the pool's picker: the recent
+// decisions with their best-scored candidates (see policy.Tracer.Recent).
+// It is nil when tracing is off (PoolConfig.Policy.Trace.Enabled false) or
+// when an injected Options.Picker keeps no tracer.
+func (p *Pool) Tracer() *policy.Tracer {
+	if t, ok := p.picker.(policy.Traceable); ok {
+		return t.Tracer()
+	}
+	return nil
 }
 
 // Drain stops new requests to the replica; those in flight finish. It is
@@ -279,11 +296,11 @@ func (p *Pool) observe(r *replica, ok bool) {
 
 // acquire picks a replica for req among those available now (excluding the
 // one named exclude, for retries) and counts the request in flight on it.
-func (p *Pool) acquire(req *Request, exclude string) (*replica, error) {
+func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
 	now := p.now()
 	stale := p.staleAfter()
 	limit := p.cfg.MaxInFlightPerReplica
-	cands := make([]Candidate, 0, len(p.replicas))
+	cands := make([]policy.Candidate, 0, len(p.replicas))
 	reps := make([]*replica, 0, len(p.replicas))
 	full := 0
 	for _, r := range p.replicas {
@@ -329,7 +346,7 @@ func (p *Pool) acquire(req *Request, exclude string) (*replica, error) {
 
 // release ends one picked request: in-flight count, outcome metric and the
 // picker's Done, exactly once per successful acquire.
-func (p *Pool) release(r *replica, req *Request, o outcome, outputTokens int) {
+func (p *Pool) release(r *replica, req *policy.Request, o outcome, outputTokens int) {
 	r.inFlight.Add(-1)
 	r.metrics.inflight.Dec()
 	r.metrics.outcomes[o].Inc()

@@ -15,22 +15,23 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // stubPicker is a Picker and Finisher whose behaviour is set per test.
 type stubPicker struct {
-	pick func(req *Request, cands []Candidate) int // nil: index 0
-	done func(req *Request, replicaID string, outputTokens int)
+	pick func(req *policy.Request, cands []policy.Candidate) int // nil: index 0
+	done func(req *policy.Request, replicaID string, outputTokens int)
 }
 
-func (s *stubPicker) Pick(req *Request, cands []Candidate) int {
+func (s *stubPicker) Pick(req *policy.Request, cands []policy.Candidate) int {
 	if s.pick == nil {
 		return 0
 	}
 	return s.pick(req, cands)
 }
 
-func (s *stubPicker) Done(req *Request, replicaID string, outputTokens int) {
+func (s *stubPicker) Done(req *policy.Request, replicaID string, outputTokens int) {
 	if s.done != nil {
 		s.done(req, replicaID, outputTokens)
 	}
@@ -38,7 +39,7 @@ func (s *stubPicker) Done(req *Request, replicaID string, outputTokens int) {
 
 // preferring picks the first of ids present among the candidates.
 func preferring(ids ...string) *stubPicker {
-	return &stubPicker{pick: func(_ *Request, cands []Candidate) int {
+	return &stubPicker{pick: func(_ *policy.Request, cands []policy.Candidate) int {
 		for _, id := range ids {
 			for i, c := range cands {
 				if c.ID == id {
@@ -51,10 +52,10 @@ func preferring(ids ...string) *stubPicker {
 }
 
 type stubAdmitter struct {
-	admit func(req *Request) error
+	admit func(req *policy.Request) error
 }
 
-func (s stubAdmitter) Admit(req *Request) error { return s.admit(req) }
+func (s stubAdmitter) Admit(req *policy.Request) error { return s.admit(req) }
 
 // stepClock is a hand-driven clock for ejection cooldowns and freshness.
 type stepClock struct {
@@ -88,7 +89,7 @@ type doneLog struct {
 	calls []doneCall
 }
 
-func (d *doneLog) record(_ *Request, id string, n int) {
+func (d *doneLog) record(_ *policy.Request, id string, n int) {
 	d.mu.Lock()
 	d.calls = append(d.calls, doneCall{id, n})
 	d.mu.Unlock()
@@ -140,7 +141,7 @@ func testConfig(urls ...string) PoolConfig {
 	return cfg
 }
 
-func newFixture(t *testing.T, cfg PoolConfig, picker Picker, admitter Admitter) *poolFixture {
+func newFixture(t *testing.T, cfg PoolConfig, picker policy.Picker, admitter Admitter) *poolFixture {
 	t.Helper()
 	f := &poolFixture{reg: prometheus.NewRegistry(), clock: newStepClock()}
 	p, err := New(cfg, Options{
@@ -277,6 +278,29 @@ func TestDrainAndNoHealthyReplica(t *testing.T) {
 	require.Equal(t, 1.0, f.metric(t, "triage_upstream_replica_healthy", map[string]string{"replica": "r1"}))
 }
 
+func TestTracerFollowsThePolicyConfig(t *testing.T) {
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
+	cfg := testConfig(srv.URL, srv.URL+"/")
+	require.Nil(t, newFixture(t, cfg, nil, nil).pool.Tracer(), "tracing is off by default")
+	require.Nil(t, newFixture(t, cfg, &stubPicker{}, nil).pool.Tracer(), "an injected picker without a tracer has none")
+
+	cfg.Policy.Trace.Enabled = true
+	cfg.Policy.Trace.Capacity = 4
+	f := newFixture(t, cfg, nil, nil)
+	tr := f.pool.Tracer()
+	require.NotNil(t, tr)
+	require.Equal(t, 4, tr.Capacity())
+	for range 2 {
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/", Routing: policy.Request{Prompt: "hi"}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	recs := tr.Recent(10)
+	require.Len(t, recs, 2)
+	require.Equal(t, []string{"r0", "r1"}, []string{recs[0].Chosen.ID, recs[1].Chosen.ID}, "least-request rotates among the idle replicas")
+	require.True(t, recs[0].LowerIsBetter)
+}
+
 func TestMaxInFlightPerReplica(t *testing.T) {
 	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
 	cfg := testConfig(srv.URL)
@@ -322,7 +346,7 @@ func TestTryAcquireIsExactUnderContention(t *testing.T) {
 
 func TestPickerOutOfRangeIsAnError(t *testing.T) {
 	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {})
-	f := newFixture(t, testConfig(srv.URL), &stubPicker{pick: func(*Request, []Candidate) int { return 3 }}, nil)
+	f := newFixture(t, testConfig(srv.URL), &stubPicker{pick: func(*policy.Request, []policy.Candidate) int { return 3 }}, nil)
 	_, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
 	require.ErrorContains(t, err, "picker returned index 3")
 	require.Equal(t, 0, f.pool.InFlight())
@@ -330,8 +354,8 @@ func TestPickerOutOfRangeIsAnError(t *testing.T) {
 
 func TestAdmissionRejects(t *testing.T) {
 	picked := false
-	picker := &stubPicker{pick: func(*Request, []Candidate) int { picked = true; return 0 }}
-	admitter := stubAdmitter{admit: func(req *Request) error {
+	picker := &stubPicker{pick: func(*policy.Request, []policy.Candidate) int { picked = true; return 0 }}
+	admitter := stubAdmitter{admit: func(req *policy.Request) error {
 		if req.User == "greedy" {
 			return ErrRejected
 		}
@@ -340,11 +364,11 @@ func TestAdmissionRejects(t *testing.T) {
 	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {})
 	f := newFixture(t, testConfig(srv.URL), picker, admitter)
 
-	_, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/", Routing: Request{User: "greedy"}})
+	_, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/", Routing: policy.Request{User: "greedy"}})
 	require.ErrorIs(t, err, ErrRejected)
 	require.False(t, picked)
 
-	resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/", Routing: Request{User: "modest"}})
+	resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/", Routing: policy.Request{User: "modest"}})
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.True(t, picked)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // HealthState is a replica's state as the admin API shows it. Draining wins
@@ -232,8 +234,8 @@ func (r *replica) tryAcquire(max int) bool {
 
 // candidate snapshots the replica for a picker. Load signals older than
 // staleAfter (or never scraped) are reported as they are, with Fresh false.
-func (r *replica) candidate(now time.Time, staleAfter time.Duration) Candidate {
-	c := Candidate{ID: r.id, InFlight: int(r.inFlight.Load()), Weight: r.weight}
+func (r *replica) candidate(now time.Time, staleAfter time.Duration) policy.Candidate {
+	c := policy.Candidate{ID: r.id, InFlight: int(r.inFlight.Load()), Weight: r.weight}
 	if l := r.load.Load(); l != nil {
 		c.Waiting, c.Running, c.KVUtilization = l.waiting, l.running, l.kv
 		c.Fresh = staleAfter > 0 && now.Sub(l.scrapedAt) <= staleAfter

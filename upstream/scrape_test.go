@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // vllmMetrics is shaped like vLLM 0.8's /metrics: colons in names, labels,
@@ -75,8 +76,8 @@ func TestScrapeOnce(t *testing.T) {
 	})
 	cfg := testConfig(srv.URL, deadURL(t))
 	cfg.ScrapeInterval = Duration(2 * time.Second)
-	var seen []Candidate
-	picker := &stubPicker{pick: func(_ *Request, cands []Candidate) int {
+	var seen []policy.Candidate
+	picker := &stubPicker{pick: func(_ *policy.Request, cands []policy.Candidate) int {
 		seen = append(seen[:0], cands...)
 		return 0
 	}}
@@ -95,8 +96,8 @@ func TestScrapeOnce(t *testing.T) {
 	resp, err := p.Do(ctx, &ForwardRequest{Path: "/"})
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
-	require.Equal(t, Candidate{ID: "r0", Waiting: 4, Running: 12, KVUtilization: 0.375, Fresh: true, Weight: 1}, seen[0])
-	require.Equal(t, Candidate{ID: "r1", Weight: 1}, seen[1])
+	require.Equal(t, policy.Candidate{ID: "r0", Waiting: 4, Running: 12, KVUtilization: 0.375, Fresh: true, Weight: 1}, seen[0])
+	require.Equal(t, policy.Candidate{ID: "r1", Weight: 1}, seen[1])
 
 	// Failed scrapes keep the last values; they go stale after three intervals.
 	fail.Store(true)

@@ -24,6 +24,7 @@ import (
 	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // sweepPolicies are the policies the sweep compares, in report order.
@@ -197,21 +198,27 @@ func (c *sweepConfig) finish() error {
 	return errors.Join(errs...)
 }
 
+// lmetricVariants are the sweep names that stand for lmetric with a variant.
+var lmetricVariants = map[string]string{"lmetric-sticky": policy.LMetricSticky, "lmetric-unified": policy.LMetricUnified}
+
 // policyConfig maps a sweep policy name to the pool's policy config. The
 // policies keep their defaults: the sweep compares them, it does not tune
 // them. Only the random policy's seed is fixed, for reproducibility.
-func policyConfig(name string, seed uint64) (upstream.PolicyConfig, error) {
-	pc := upstream.DefaultPolicyConfig()
-	pc.Random.Seed = seed + 1
-	switch name {
-	case "lmetric-sticky":
-		pc.Name, pc.LMetric.Variant = upstream.PolicyLMetric, upstream.LMetricSticky
-	case "lmetric-unified":
-		pc.Name, pc.LMetric.Variant = upstream.PolicyLMetric, upstream.LMetricUnified
-	default:
-		pc.Name = name
+func policyConfig(name string, seed uint64) (policy.Config, error) {
+	pc := policy.DefaultConfig()
+	pc.Name = name
+	random := policy.SectionOf[policy.RandomConfig](pc, "random")
+	random.Seed = seed + 1
+	err := pc.SetSection("random", random)
+	if variant, ok := lmetricVariants[name]; ok && err == nil {
+		lm := policy.SectionOf[policy.LMetricConfig](pc, "lmetric")
+		pc.Name, lm.Variant = "lmetric", variant
+		err = pc.SetSection("lmetric", lm)
 	}
-	if err := pc.Validate(); err != nil {
+	if err == nil {
+		err = pc.ValidateAt("policy")
+	}
+	if err != nil {
 		return pc, fmt.Errorf("policy %q: %w", name, err)
 	}
 	return pc, nil
@@ -519,7 +526,7 @@ func sendChat(ctx context.Context, pool *upstream.Pool, r *preparedRequest, held
 		Path:   "/v1/chat/completions",
 		Header: http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}},
 		Body:   r.body,
-		Routing: upstream.Request{
+		Routing: policy.Request{
 			Prompt:      r.tr.Prompt,
 			InputTokens: r.tr.InputTokens,
 			User:        r.tr.User,

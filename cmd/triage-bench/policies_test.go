@@ -14,6 +14,7 @@ import (
 	"github.com/triage-gw/triage/bench/dolly"
 	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/trace"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 func TestPolicyConfigNames(t *testing.T) {
@@ -22,7 +23,7 @@ func TestPolicyConfigNames(t *testing.T) {
 		require.NoError(t, err, p)
 		if strings.HasPrefix(p, "lmetric-") {
 			require.Equal(t, "lmetric", pc.Name)
-			require.Equal(t, strings.TrimPrefix(p, "lmetric-"), pc.LMetric.Variant)
+			require.Equal(t, strings.TrimPrefix(p, "lmetric-"), policy.SectionOf[policy.LMetricConfig](pc, "lmetric").Variant)
 		}
 	}
 	_, err := policyConfig("nope", 1)

@@ -1,16 +1,8 @@
-package upstream
+package policy
 
-import "errors"
-
-// ErrNoHealthyReplica is returned when a pool has no replica that may take a
-// request (all ejected, draining or failing their health checks).
-var ErrNoHealthyReplica = errors.New("no healthy replica")
-
-// ErrRejected is returned by an Admitter that refuses a request.
-var ErrRejected = errors.New("request rejected by admission policy")
-
-// Request is what a replica policy knows about one request. It is built once
-// per request by the pool and never mutated by a policy.
+// Request is what a replica policy knows about one request. The caller of
+// the pool builds it once per request (upstream.ForwardRequest.Routing); a
+// policy never mutates it.
 type Request struct {
 	// Prompt is the text used for prefix hashing: the rendered messages (or
 	// the completion prompt) in order, so requests sharing a system prompt
@@ -62,8 +54,11 @@ type Finisher interface {
 	Done(req *Request, replicaID string, outputTokens int)
 }
 
-// Admitter decides whether a request may enter a pool at all.
-type Admitter interface {
-	// Admit returns nil or ErrRejected. It must not block.
-	Admit(req *Request) error
+// growFloats returns buf resized to n, reallocating only when too small: the
+// policies keep one per-candidate score buffer each and reuse it.
+func growFloats(buf []float64, n int) []float64 {
+	if cap(buf) < n {
+		return make([]float64, n)
+	}
+	return buf[:n]
 }

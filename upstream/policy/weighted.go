@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"errors"
@@ -9,7 +9,8 @@ import (
 	"sync"
 )
 
-// Scorer names for WeightedConfig.Scorers (BLIS, seed 002; llm-d).
+// Scorer names for WeightedConfig.Scorers: the scorers of the BLIS cluster
+// simulator, which follow llm-d's endpoint picker.
 const (
 	ScorerPrefixAffinity = "prefix-affinity" // share of the request's blocks in the replica's index
 	ScorerQueueDepth     = "queue-depth"     // min-max normalised Waiting+InFlight, lower load is better
@@ -36,9 +37,11 @@ func DefaultScorerWeights() map[string]float64 {
 // WeightedConfig tunes the weighted policy.
 type WeightedConfig struct {
 	// Scorers maps scorer name to weight (>= 0, at least one > 0). Weights
-	// are normalised to sum 1, so only ratios matter. Default nil, which
-	// means DefaultScorerWeights (prefix-affinity:3, queue-depth:2,
-	// kv-utilization:2). An empty map is an error, not the default.
+	// are normalised to sum 1, so only ratios matter. Default
+	// DefaultScorerWeights (prefix-affinity:3, queue-depth:2,
+	// kv-utilization:2); nil means the same. In YAML a scorers mapping
+	// replaces the whole map, so scorers it leaves out weigh 0. An empty map
+	// is an error, not the default.
 	Scorers map[string]float64 `yaml:"scorers" json:"scorers"`
 	// BlockChars is the prefix block size in characters. Default 128.
 	BlockChars int `yaml:"block_chars" json:"block_chars"`
@@ -47,18 +50,39 @@ type WeightedConfig struct {
 	IndexBlocks int `yaml:"index_blocks" json:"index_blocks"`
 }
 
-// DefaultWeightedConfig returns BLIS's defaults (Scorers nil: see its field).
-func DefaultWeightedConfig() WeightedConfig {
-	return WeightedConfig{BlockChars: 128, IndexBlocks: 10_000}
+func init() {
+	register("weighted", "weighted", DefaultWeightedConfig, func(c WeightedConfig, _ Env) (Picker, error) {
+		return picker(NewWeighted(c))
+	})
 }
 
-// Validate reports every invalid field, named from "weighted".
-func (c WeightedConfig) Validate() error { return errors.Join(c.validate("weighted")...) }
+// DefaultWeightedConfig returns the BLIS cluster simulator's defaults.
+func DefaultWeightedConfig() WeightedConfig {
+	return WeightedConfig{Scorers: DefaultScorerWeights(), BlockChars: 128, IndexBlocks: 10_000}
+}
 
-func (c WeightedConfig) validate(path string) []error {
+// MarshalYAML writes c with nil Scorers spelled out as the default weights
+// they stand for: an empty scorers mapping would read back as an error.
+func (c WeightedConfig) MarshalYAML() (any, error) {
+	type plain WeightedConfig // without this method
+	if c.Scorers == nil {
+		c.Scorers = DefaultScorerWeights()
+	}
+	return plain(c), nil
+}
+
+// clone implements cloner: Scorers is a map.
+func (c WeightedConfig) clone() Section {
+	c.Scorers = maps.Clone(c.Scorers)
+	return c
+}
+
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.weighted" in a pool's config).
+func (c WeightedConfig) ValidateAt(path string) error {
 	errs := validateBlocks(path, c.BlockChars, c.IndexBlocks)
 	if c.Scorers == nil {
-		return errs
+		return errors.Join(errs...)
 	}
 	var sum float64
 	for _, name := range slices.Sorted(maps.Keys(c.Scorers)) {
@@ -77,7 +101,7 @@ func (c WeightedConfig) validate(path string) []error {
 	if sum <= 0 && len(errs) == 0 {
 		errs = append(errs, fmt.Errorf("%s.scorers: need at least one scorer with weight > 0", path))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 type scorerKind uint8
@@ -129,7 +153,7 @@ var _ Picker = (*Weighted)(nil)
 
 // NewWeighted validates cfg and returns a weighted picker.
 func NewWeighted(cfg WeightedConfig) (*Weighted, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateAt("weighted"); err != nil {
 		return nil, err
 	}
 	weights := cfg.Scorers

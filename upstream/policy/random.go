@@ -1,34 +1,25 @@
-package upstream
+package policy
 
 import (
 	"math/rand/v2"
 	"sync"
 )
 
-// RoundRobin cycles through the candidates, ignoring load (a baseline).
-// When the candidate list changes size the cycle continues from the same
-// counter, so a replica may be skipped or repeated once.
-//
-// Concurrency: lock-free; safe for concurrent Pick.
-type RoundRobin struct {
-	traced
-	rr rotor
+// RandomConfig tunes the random policy.
+type RandomConfig struct {
+	// Seed fixes the random sequence (for reproducible benchmarks).
+	// Default 0: a fresh seed per process.
+	Seed uint64 `yaml:"seed" json:"seed"`
 }
 
-var _ Picker = (*RoundRobin)(nil)
-
-// NewRoundRobin returns a round-robin picker.
-func NewRoundRobin() *RoundRobin { return &RoundRobin{} }
-
-// Pick implements Picker. Traces score candidates by InFlight (lower is
-// better), so regret shows the load round-robin ignores.
-func (p *RoundRobin) Pick(_ *Request, cands []Candidate) int {
-	i := int((p.rr.n.Add(1) - 1) % uint64(len(cands)))
-	if t := p.tracer; t != nil {
-		t.Record(cands, inFlightScores(nil, cands), i, true, "")
-	}
-	return i
+func init() {
+	register("random", "random", func() RandomConfig { return RandomConfig{} }, func(c RandomConfig, _ Env) (Picker, error) {
+		return NewRandom(c.Seed), nil
+	})
 }
+
+// ValidateAt implements Section: every seed is valid.
+func (RandomConfig) ValidateAt(string) error { return nil }
 
 // Random picks a candidate uniformly at random (a baseline).
 //

@@ -1,6 +1,7 @@
-package upstream
+package policy
 
 import (
+	"fmt"
 	"sync"
 	"unicode/utf8"
 
@@ -19,6 +20,19 @@ const blockSeed uint64 = 0x9e3779b97f4a7c15
 // maxIndexBlocks bounds every per-replica block index (about 40 bytes a
 // block, so at most ~670 MB per replica even at this limit).
 const maxIndexBlocks = 1 << 24
+
+// validateBlocks checks the block size and per-replica index bound shared
+// by the prefix-aware policies.
+func validateBlocks(path string, blockChars, indexBlocks int) []error {
+	var errs []error
+	if blockChars < 1 {
+		errs = append(errs, fmt.Errorf("%s.block_chars: must be >= 1, got %d", path, blockChars))
+	}
+	if indexBlocks < 1 || indexBlocks > maxIndexBlocks {
+		errs = append(errs, fmt.Errorf("%s.index_blocks: must be in [1, %d], got %d", path, maxIndexBlocks, indexBlocks))
+	}
+	return errs
+}
 
 // appendBlockHashes appends the chained block hashes of prompt to dst and
 // returns it with the prompt's length in runes. The last block may be

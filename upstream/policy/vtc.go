@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"errors"
@@ -8,13 +8,14 @@ import (
 	"time"
 )
 
-// VTCConfig tunes the vtc-basic policy. Names and defaults follow AIBrix's
-// AIBRIX_ROUTER_VTC_* variables (seed 004) except Window.
+// VTCConfig tunes the vtc-basic policy. Names and defaults follow the
+// AIBRIX_ROUTER_VTC_* variables of AIBrix's routing algorithms, except
+// Window.
 type VTCConfig struct {
 	// Window is how long a user's tokens count. Default "60s" (AIBrix uses
 	// 5 minutes). Counting is bucketed in Window/12 steps, so tokens stop
 	// counting between 11/12 and 12/12 of Window after they were charged.
-	Window Duration `yaml:"window" json:"window"`
+	Window time.Duration `yaml:"window" json:"window"`
 	// InputTokenWeight and OutputTokenWeight weigh a request's input tokens
 	// (charged at Pick) and output tokens (charged at Done). Defaults 1, 2.
 	InputTokenWeight  float64 `yaml:"input_token_weight" json:"input_token_weight"`
@@ -34,10 +35,16 @@ type VTCConfig struct {
 	UtilizationWeight float64 `yaml:"utilization_weight" json:"utilization_weight"`
 }
 
+func init() {
+	register("vtc-basic", "vtc", DefaultVTCConfig, func(c VTCConfig, env Env) (Picker, error) {
+		return picker(NewVTCBasic(c, env.Now))
+	})
+}
+
 // DefaultVTCConfig returns AIBrix's defaults with a 60-second window.
 func DefaultVTCConfig() VTCConfig {
 	return VTCConfig{
-		Window:            Duration(time.Minute),
+		Window:            time.Minute,
 		InputTokenWeight:  1,
 		OutputTokenWeight: 2,
 		MinTokens:         1000,
@@ -48,12 +55,11 @@ func DefaultVTCConfig() VTCConfig {
 	}
 }
 
-// Validate reports every invalid field, named from "vtc".
-func (c VTCConfig) Validate() error { return errors.Join(c.validate("vtc")...) }
-
-func (c VTCConfig) validate(path string) []error {
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.vtc" in a pool's config).
+func (c VTCConfig) ValidateAt(path string) error {
 	var errs []error
-	if c.Window.Std() < vtcBuckets*time.Millisecond {
+	if c.Window < vtcBuckets*time.Millisecond {
 		errs = append(errs, fmt.Errorf("%s.window: must be >= %v, got %v", path, vtcBuckets*time.Millisecond, c.Window))
 	}
 	nonNeg := []struct {
@@ -79,14 +85,15 @@ func (c VTCConfig) validate(path string) []error {
 	if !validPos(c.MaxReplicaLoad) {
 		errs = append(errs, fmt.Errorf("%s.max_replica_load: must be a finite number > 0, got %v", path, c.MaxReplicaLoad))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 // vtcBuckets is how many sub-windows a user's token count is kept in.
 const vtcBuckets = 12
 
-// VTCBasic is AIBrix's vtc-basic policy (seed 004). Seed 004 gives only its
-// outline and knobs; the combination below follows AIBrix's vtc_basic.go:
+// VTCBasic is AIBrix's vtc-basic policy. AIBrix's description of its routing
+// algorithms gives only its outline and knobs; the combination below follows
+// AIBrix's vtc_basic.go:
 //
 //	tokens      = the user's weighted tokens in the sliding window
 //	bucket      = max(MinTokens, (min_user_tokens + max_user_tokens) / 2)
@@ -169,7 +176,7 @@ var (
 // NewVTCBasic validates cfg and returns a vtc-basic picker. now is the
 // clock; nil means time.Now.
 func NewVTCBasic(cfg VTCConfig, now func() time.Time) (*VTCBasic, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateAt("vtc"); err != nil {
 		return nil, err
 	}
 	if now == nil {
@@ -178,7 +185,7 @@ func NewVTCBasic(cfg VTCConfig, now func() time.Time) (*VTCBasic, error) {
 	return &VTCBasic{
 		cfg:       cfg,
 		now:       now,
-		width:     int64(cfg.Window.Std()) / vtcBuckets,
+		width:     int64(cfg.Window) / vtcBuckets,
 		users:     make(map[string]*vtcUser),
 		lastSweep: math.MinInt64,
 	}, nil

@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"errors"
@@ -7,7 +7,8 @@ import (
 	"sync"
 )
 
-// PrefixCacheConfig tunes the prefix-cache policy (AIBrix, seeds 001/004).
+// PrefixCacheConfig tunes the prefix-cache policy (from AIBrix's routing
+// algorithms).
 type PrefixCacheConfig struct {
 	// BlockChars is the block size in characters (runes). Default 128,
 	// AIBrix's recommendation for its character tokenizer.
@@ -24,15 +25,20 @@ type PrefixCacheConfig struct {
 	LoadFactor float64 `yaml:"load_factor" json:"load_factor"`
 }
 
+func init() {
+	register("prefix-cache", "prefix_cache", DefaultPrefixCacheConfig, func(c PrefixCacheConfig, _ Env) (Picker, error) {
+		return picker(NewPrefixCache(c))
+	})
+}
+
 // DefaultPrefixCacheConfig returns AIBrix's defaults.
 func DefaultPrefixCacheConfig() PrefixCacheConfig {
 	return PrefixCacheConfig{BlockChars: 128, IndexBlocks: 200_000, ImbalanceCount: 16, LoadFactor: 2}
 }
 
-// Validate reports every invalid field, named from "prefix_cache".
-func (c PrefixCacheConfig) Validate() error { return errors.Join(c.validate("prefix_cache")...) }
-
-func (c PrefixCacheConfig) validate(path string) []error {
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.prefix_cache" in a pool's config).
+func (c PrefixCacheConfig) ValidateAt(path string) error {
 	errs := validateBlocks(path, c.BlockChars, c.IndexBlocks)
 	if c.ImbalanceCount < 1 {
 		errs = append(errs, fmt.Errorf("%s.imbalance_count: must be >= 1, got %d", path, c.ImbalanceCount))
@@ -40,7 +46,7 @@ func (c PrefixCacheConfig) validate(path string) []error {
 	if !validNonNeg(c.LoadFactor) {
 		errs = append(errs, fmt.Errorf("%s.load_factor: must be a finite number >= 0, got %v", path, c.LoadFactor))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 // PrefixCache is AIBrix's prefix-cache-aware policy:
@@ -74,7 +80,7 @@ var _ Picker = (*PrefixCache)(nil)
 
 // NewPrefixCache validates cfg and returns a prefix-cache picker.
 func NewPrefixCache(cfg PrefixCacheConfig) (*PrefixCache, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateAt("prefix_cache"); err != nil {
 		return nil, err
 	}
 	return &PrefixCache{cfg: cfg, index: newPrefixIndex(cfg.IndexBlocks)}, nil

@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"fmt"
@@ -89,8 +89,19 @@ func TestTracerAllocs(t *testing.T) {
 }
 
 func TestTraceConfigValidate(t *testing.T) {
-	require.NoError(t, DefaultTraceConfig().Validate())
-	err := TraceConfig{TopK: 100, Capacity: -1}.Validate()
+	require.NoError(t, DefaultTraceConfig().ValidateAt("trace"))
+	err := TraceConfig{TopK: 100, Capacity: -1}.ValidateAt("trace")
 	require.ErrorContains(t, err, "trace.top_k: must be in [1, 64], got 100")
 	require.ErrorContains(t, err, "trace.capacity")
+}
+
+func TestTracerCapacity(t *testing.T) {
+	var none *Tracer
+	require.Zero(t, none.Capacity())
+	tr := NewTracer(2, 3, nil)
+	require.Equal(t, 3, tr.Capacity())
+	for range 5 {
+		tr.Record(cands(0), []float64{1}, 0, false, "")
+	}
+	require.Len(t, tr.Recent(100), tr.Capacity(), "Recent never returns more than Capacity")
 }

@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 // LeastRequest picks the candidate with the fewest in-flight requests.
 // Ties go round-robin among the tied candidates, never to the first one.
@@ -10,6 +10,13 @@ type LeastRequest struct {
 }
 
 var _ Picker = (*LeastRequest)(nil)
+
+// nameLeastRequest is the default policy (DefaultConfig).
+const nameLeastRequest = "least-request"
+
+func init() {
+	register(nameLeastRequest, "", nil, func(noSettings, Env) (Picker, error) { return NewLeastRequest(), nil })
+}
 
 // NewLeastRequest returns a least-request picker.
 func NewLeastRequest() *LeastRequest { return &LeastRequest{} }

@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"errors"
@@ -26,10 +26,9 @@ func DefaultTraceConfig() TraceConfig {
 	return TraceConfig{TopK: 3, Capacity: 1024}
 }
 
-// Validate reports every invalid field, named from "trace".
-func (c TraceConfig) Validate() error { return errors.Join(c.validate("trace")...) }
-
-func (c TraceConfig) validate(path string) []error {
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.trace" in a pool's config).
+func (c TraceConfig) ValidateAt(path string) error {
 	var errs []error
 	if c.TopK < 1 || c.TopK > 64 {
 		errs = append(errs, fmt.Errorf("%s.top_k: must be in [1, 64], got %d", path, c.TopK))
@@ -37,7 +36,7 @@ func (c TraceConfig) validate(path string) []error {
 	if c.Capacity < 1 || c.Capacity > 1<<20 {
 		errs = append(errs, fmt.Errorf("%s.capacity: must be in [1, %d], got %d", path, 1<<20, c.Capacity))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 // TraceCandidate is one candidate as the policy scored it.
@@ -144,6 +143,15 @@ func (t *Tracer) Record(cands []Candidate, scores []float64, chosen int, lowerIs
 	r.Regret = max(r.Regret, 0)
 }
 
+// Capacity returns how many records t keeps (0 for a nil Tracer): Recent
+// never returns more.
+func (t *Tracer) Capacity() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.ring)
+}
+
 // Recent returns up to n of the latest decisions, oldest first. The
 // records are copies; the caller may keep them.
 func (t *Tracer) Recent(n int) []TraceRecord {
@@ -163,7 +171,7 @@ func (t *Tracer) Recent(n int) []TraceRecord {
 }
 
 // Traceable is implemented by every picker in this package, so a caller
-// holding a Picker from NewPicker can read its decisions.
+// holding a Picker from New can read its decisions.
 type Traceable interface {
 	// Tracer returns the picker's tracer, nil when tracing is off.
 	Tracer() *Tracer
@@ -178,3 +186,13 @@ func (t *traced) Tracer() *Tracer { return t.tracer }
 // SetTracer attaches tr (nil detaches). Call it before the first Pick: the
 // field is read without a lock.
 func (t *traced) SetTracer(tr *Tracer) { t.tracer = tr }
+
+// inFlightScores fills buf with each candidate's InFlight, the score the
+// load-only policies are traced with (lower is better).
+func inFlightScores(buf []float64, cands []Candidate) []float64 {
+	buf = growFloats(buf, len(cands))
+	for i, c := range cands {
+		buf[i] = float64(c.InFlight)
+	}
+	return buf
+}

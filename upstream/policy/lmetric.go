@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"errors"
@@ -6,7 +6,8 @@ import (
 	"sync"
 )
 
-// LMetric variants (seed 000).
+// LMetric variants, as in the agentic-KV-cache policy study (its B3
+// policies) that lmetric comes from.
 const (
 	LMetricPlain   = ""        // per-request scoring, no affinity
 	LMetricSticky  = "sticky"  // hard session affinity
@@ -33,7 +34,13 @@ type LMetricConfig struct {
 	OverloadFactor float64 `yaml:"overload_factor" json:"overload_factor"`
 }
 
-// DefaultLMetricConfig returns plain lmetric with seed 000's constants.
+func init() {
+	register("lmetric", "lmetric", DefaultLMetricConfig, func(c LMetricConfig, _ Env) (Picker, error) {
+		return picker(NewLMetric(c))
+	})
+}
+
+// DefaultLMetricConfig returns plain lmetric with the study's constants.
 func DefaultLMetricConfig() LMetricConfig {
 	return LMetricConfig{
 		BlockChars:          128,
@@ -44,10 +51,9 @@ func DefaultLMetricConfig() LMetricConfig {
 	}
 }
 
-// Validate reports every invalid field, named from "lmetric".
-func (c LMetricConfig) Validate() error { return errors.Join(c.validate("lmetric")...) }
-
-func (c LMetricConfig) validate(path string) []error {
+// ValidateAt reports every invalid field, each named from path
+// ("pools.fast.policy.lmetric" in a pool's config).
+func (c LMetricConfig) ValidateAt(path string) error {
 	var errs []error
 	switch c.Variant {
 	case LMetricPlain, LMetricSticky, LMetricUnified:
@@ -64,10 +70,11 @@ func (c LMetricConfig) validate(path string) []error {
 	if !validPos(c.OverloadFactor) {
 		errs = append(errs, fmt.Errorf("%s.overload_factor: must be a finite number > 0, got %v", path, c.OverloadFactor))
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
-// LMetric is seed 000's policy. For each candidate:
+// LMetric is the lmetric policy of the agentic-KV-cache policy study (its B3
+// policies). For each candidate:
 //
 //	cache_hit   = InputTokens × matched_chars / prompt_chars
 //	new_prefill = max(0, InputTokens − cache_hit)
@@ -76,7 +83,7 @@ func (c LMetricConfig) validate(path string) []error {
 // where matched_chars is the leading run of the prompt's blocks found in
 // the router-side index of what the replica was sent, and pending_prefill
 // is the sum of new_prefill of requests picked for the replica and not yet
-// Done. InFlight stands in for the seed's running batch size. Lowest score
+// Done. InFlight stands in for the study's running batch size. Lowest score
 // wins; ties go to the smaller new_prefill (the warmer cache), then the
 // smaller InFlight, then round-robin.
 //
@@ -136,7 +143,7 @@ var (
 
 // NewLMetric validates cfg and returns an lmetric picker.
 func NewLMetric(cfg LMetricConfig) (*LMetric, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateAt("lmetric"); err != nil {
 		return nil, err
 	}
 	p := &LMetric{

@@ -1,4 +1,4 @@
-package upstream
+package policy
 
 import (
 	"testing"
@@ -126,9 +126,9 @@ func TestVTCAnonymousTiesRotate(t *testing.T) {
 
 func TestVTCConfigDefaultsMatchAIBrix(t *testing.T) {
 	c := DefaultVTCConfig()
-	require.Equal(t, time.Minute, c.Window.Std())
+	require.Equal(t, time.Minute, c.Window)
 	require.Equal(t, 1.0, c.InputTokenWeight)
 	require.Equal(t, 2.0, c.OutputTokenWeight)
 	require.Equal(t, 100.0, c.MaxReplicaLoad)
-	require.NoError(t, c.Validate())
+	require.NoError(t, c.ValidateAt("vtc"))
 }

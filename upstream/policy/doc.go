@@ -1,0 +1,70 @@
+// Package policy holds the replica policies: given one request and the
+// replicas of a pool that may take it, a policy picks one.
+//
+// # Purpose
+//
+// A policy is a [Picker]: it sees a [Request] (prompt, token estimate, user,
+// session) and one [Candidate] per replica (router-local in-flight count,
+// scraped queue depth and KV-cache use) and returns the index of the replica
+// to send the request to. Pickers that learn from finished requests also
+// implement [Finisher]. Seven policies are provided: least-request,
+// round-robin and random (baselines), prefix-cache and vtc-basic (from
+// AIBrix's routing algorithms), weighted (the scorer mix of the BLIS cluster
+// simulator and llm-d's endpoint picker) and lmetric (from the agentic
+// KV-cache policy study, its B3 policies). [New] builds the one a [Config]
+// names; [Names] lists them.
+//
+// Each policy registers itself from its file's init function: its name,
+// the YAML key of its own settings and their type, defaults and validation,
+// and a build function. A [Config] holds the name, the tracing settings and
+// one section per registered policy under its key (prefix_cache, lmetric,
+// weighted, vtc, random); every section is validated whichever policy is
+// selected, and [Config.UnmarshalYAML] decodes each into its own type,
+// refusing unknown keys at any depth.
+//
+// The prefix-aware policies (prefix-cache, lmetric, weighted) keep a
+// router-side index of which prompt blocks each replica was sent; it is
+// lossy by design (bounded per replica, least recently sent blocks dropped)
+// and the replicas are never asked what they really cache.
+//
+// A [Tracer], attached when Config.Trace.Enabled, records each decision's
+// best-scored candidates and the score given up by the choice.
+//
+// This package is a leaf: it imports no other package of the gateway. The
+// pool (package upstream) builds the Candidates and calls the Picker.
+//
+// # Concurrency
+//
+// Pick and Done may be called from any number of goroutines. Stateful
+// policies guard their state with one mutex each, held for the length of a
+// decision and never across I/O; the baselines are lock-free. A Tracer is
+// safe for concurrent use.
+//
+// # Lifecycle
+//
+// A Picker is built once per pool and lives as long as the pool; it starts
+// no goroutines and holds no resources beyond memory, so there is nothing to
+// close. Its state (prefix indexes, session bindings, fairness windows)
+// starts empty and is bounded by its config. The registry is filled by the
+// init functions and only read afterwards.
+//
+// # Adding a replica policy
+//
+// Write one file, <name>.go, holding the policy's type with its interface
+// guard (var _ Picker = (*MyPolicy)(nil)), its config type if it has
+// settings (a struct with yaml tags, a Default<Name>Config function and a
+// ValidateAt(path string) error method that reports every invalid field
+// from path), its constructor, and an init function calling
+//
+//	register("my-policy", "my_policy", DefaultMyPolicyConfig,
+//		func(c MyPolicyConfig, env Env) (Picker, error) { return picker(NewMyPolicy(c, env.Now)) })
+//
+// (key "" and defaults nil for a policy without settings, which then takes
+// noSettings). A config type holding a map or a slice also implements
+// clone, so that copies of a Config share nothing. Then write
+// <name>_test.go beside it, add the section to config/example.yaml (a test
+// requires every setting there) and the policy to docs/configuration.md.
+// Nothing else changes: the name is accepted in config files, the section
+// is decoded, validated and printed, and its scalar fields get TRIAGE_
+// environment variables and appear in triage --help.
+package policy
