@@ -224,25 +224,24 @@ func BenchmarkStatic(b *testing.B) {
 	}
 }
 
-// BenchmarkStaticMemory loads the shipped model's static stage and reports
-// what it holds: Go heap and process RSS growth after a GC (MiB).
+// BenchmarkStaticMemory loads the shipped model's static stage once and
+// reports what it holds: Go heap and process RSS growth after a GC (MiB).
+// Run it alone (-bench StaticMemory -benchtime 1x): RSS is per process.
 func BenchmarkStaticMemory(b *testing.B) {
 	m, err := LoadManifest(filepath.Join(repo, "models"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for i := 0; i < b.N; i++ {
-		goruntime.GC()
-		h0, r0 := heapMiB(), rssMiB(b)
-		s, _, err := loadStatic(filepath.Join(repo, "models"), m)
-		if err != nil {
-			b.Fatal(err)
-		}
-		goruntime.GC()
-		b.ReportMetric(heapMiB()-h0, "heap-MiB")
-		b.ReportMetric(rssMiB(b)-r0, "rss-MiB")
-		goruntime.KeepAlive(s)
+	goruntime.GC()
+	h0, r0 := heapMiB(), rssMiB(b)
+	s, _, err := loadStatic(filepath.Join(repo, "models"), m)
+	if err != nil {
+		b.Fatal(err)
 	}
+	goruntime.GC()
+	b.ReportMetric(heapMiB()-h0, "heap-MiB")
+	b.ReportMetric(rssMiB(b)-r0, "rss-MiB")
+	goruntime.KeepAlive(s)
 }
 
 func heapMiB() float64 {
