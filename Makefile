@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
+.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway train clean help
 
 all: build
 
@@ -33,7 +33,7 @@ build: setup
 run: build
 	bin/triage $(ARGS)
 
-test: setup test-go test-notebook test-python
+test: setup test-go test-notebook test-train-example test-python
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
@@ -58,13 +58,25 @@ test-notebook:
 	  --ExecutePreprocessor.timeout=3600 --output-dir=$(DEPS)/ci-models --output classifier.executed.ipynb classifier.ipynb
 	$(VENV)/bin/python scripts/compare_models.py models $(DEPS)/ci-models
 
+# Retraining on an operator's own labelled JSONL: the data loader's tests, then
+# the notebook on train/examples/operator-example.jsonl (400 rows derived from
+# Dolly; 500 out-of-category rows for the band rule), then a check that the
+# export is complete. About a minute.
+test-train-example:
+	cd train && $(VENV)/bin/python -m pytest -q -p no:cacheprovider test_dataset.py
+	rm -rf $(DEPS)/ci-example
+	cd train && TRIAGE_DATA=examples/operator-example.jsonl TRIAGE_OOD_MAX=500 TRIAGE_EXPORT_DIR=$(DEPS)/ci-example \
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=1200 \
+	  --output-dir=$(DEPS)/ci-example --output classifier.executed.ipynb classifier.ipynb
+	$(VENV)/bin/python scripts/check_export.py $(DEPS)/ci-example
+
 test-python: build
 	$(VENV)/bin/python -m pytest -q tests/
 
 bench: bench-classifier bench-gateway
 
 bench-classifier: setup
-	$(GO) test -run '^$$' -bench Classify -benchtime 3s -timeout 30m ./classifier/
+	$(GO) test -run '^$$' -bench 'Classify|Static' -benchtime 3s -timeout 30m ./classifier/
 
 # The gateway scenarios (starts bin/triage itself) and the replica-policy sweep;
 # results land in bench/results/ (see bench/README.md).

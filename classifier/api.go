@@ -1,6 +1,9 @@
 package classifier
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // SlowLabel and FastLabel are the model's labels: 1 routes to the slow
 // (large-model) pool, 0 to the fast one.
@@ -20,6 +23,32 @@ type Result struct {
 	// Tokens is the number of word pieces the encoder saw, after truncation
 	// and including [CLS] and [SEP].
 	Tokens int
+	// Stage is the model that produced PSlow. Its zero value is StageEncoder,
+	// what Classify and ClassifyTokens return.
+	Stage Stage
+}
+
+// Stage names the model behind a Result.
+type Stage uint8
+
+const (
+	// StageEncoder: tokenizer → MiniLM encoder → mean pooling → head.
+	StageEncoder Stage = iota
+	// StageStatic: the static table distilled from the encoder and its own
+	// head (StaticScore), microseconds per text. Its P(slow) is meant to
+	// stand only when the Band decides it.
+	StageStatic
+)
+
+// String is "encoder" or "static" (for metrics labels and headers).
+func (s Stage) String() string {
+	switch s {
+	case StageEncoder:
+		return "encoder"
+	case StageStatic:
+		return "static"
+	}
+	return fmt.Sprintf("stage(%d)", uint8(s))
 }
 
 // Separator joins instruction and context in the classifier's input format,

@@ -8,6 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -139,4 +142,128 @@ func BenchmarkSpinning(b *testing.B) {
 		b.Run(fmt.Sprintf("spinning=%v/uniform32", spin), func(b *testing.B) { runClassifyBench(b, c, uni, 32) })
 		c.Close()
 	}
+}
+
+// BenchmarkStatic measures the static first stage on Dolly texts and on
+// long texts (256 word pieces after truncation): texts/s and µs/text, with
+// tokenization included ("tokenize+static": Tokenize then StaticScore, what
+// a cache miss costs before the band decides) and excluded ("static":
+// StaticScore on tokens made beforehand). "tokenize" is Tokenize alone.
+//
+//	go test -run '^$' -bench Static ./classifier/
+func BenchmarkStatic(b *testing.B) {
+	c := newTestClassifier(b, "")
+	dolly := dollyTexts(b, 2048)
+	var long []string
+	for _, t := range dolly {
+		if tk, err := c.Tokenize(t); err == nil && tk.Len() == c.Manifest().Encoder.MaxTokens {
+			long = append(long, t)
+		}
+	}
+	if len(long) < 32 {
+		b.Fatalf("only %d texts of %d tokens", len(long), c.Manifest().Encoder.MaxTokens)
+	}
+	for _, set := range []struct {
+		name  string
+		texts []string
+	}{{"dolly", dolly}, {"tokens=256", long}} {
+		toks := make([]Tokens, len(set.texts))
+		nTok := 0
+		for i, t := range set.texts {
+			var err error
+			if toks[i], err = c.Tokenize(t); err != nil {
+				b.Fatal(err)
+			}
+			nTok += toks[i].Len()
+		}
+		report := func(b *testing.B) {
+			sec := b.Elapsed().Seconds()
+			b.ReportMetric(float64(b.N)/sec, "texts/s")
+			b.ReportMetric(sec*1e6/float64(b.N), "µs/text")
+			b.ReportMetric(float64(nTok)/float64(len(toks)), "tokens/text")
+		}
+		b.Run(set.name+"/tokenize+static", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				tk, err := c.Tokenize(set.texts[i%len(set.texts)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.StaticScore(tk); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
+		b.Run(set.name+"/static", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := c.StaticScore(toks[i%len(toks)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
+		b.Run(set.name+"/tokenize", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := c.Tokenize(set.texts[i%len(set.texts)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
+		b.Run(set.name+"/encoder-batch1", func(b *testing.B) {
+			// The encoder path the static stage saves, one text per call,
+			// in the same run for a ratio.
+			ctx := context.Background()
+			for i := 0; i < b.N; i++ {
+				if _, err := c.ClassifyTokens(ctx, toks[i%len(toks):i%len(toks)+1]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
+	}
+}
+
+// BenchmarkStaticMemory loads the shipped model's static stage once and
+// reports what it holds: Go heap and process RSS growth after a GC (MiB).
+// Run it alone (-bench StaticMemory -benchtime 1x): RSS is per process.
+func BenchmarkStaticMemory(b *testing.B) {
+	m, err := LoadManifest(filepath.Join(repo, "models"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	goruntime.GC()
+	h0, r0 := heapMiB(), rssMiB(b)
+	s, _, err := loadStatic(filepath.Join(repo, "models"), m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	goruntime.GC()
+	b.ReportMetric(heapMiB()-h0, "heap-MiB")
+	b.ReportMetric(rssMiB(b)-r0, "rss-MiB")
+	goruntime.KeepAlive(s)
+}
+
+func heapMiB() float64 {
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return float64(ms.HeapAlloc) / (1 << 20)
+}
+
+func rssMiB(b *testing.B) float64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }

@@ -25,6 +25,12 @@ var (
 	ErrEmptyText   = errors.New("text is empty")
 	ErrInvalidUTF8 = errors.New("text is not valid UTF-8")
 	ErrClosed      = errors.New("classifier is closed")
+	// ErrNoStatic: the loaded model has no static stage (its manifest has
+	// no "static" section, like the int8 variant's).
+	ErrNoStatic = errors.New("model has no static stage")
+	// ErrForeignTokens: the Tokens were made by a classifier with another
+	// tokenizer or truncation; tokenize the text again with this one.
+	ErrForeignTokens = errors.New("tokens come from another tokenizer")
 )
 
 // TextError says which text of a Classify call was rejected.
@@ -37,17 +43,24 @@ func (e *TextError) Error() string { return fmt.Sprintf("texts[%d]: %v", e.Index
 func (e *TextError) Unwrap() error { return e.Err }
 
 // Classifier turns texts into P(slow). It is safe for concurrent use: the
-// tokenizer and both ONNX sessions are shared read-only; Close waits for
-// running calls to finish.
+// tokenizer and both ONNX sessions are shared read-only, the static table is
+// immutable; Close waits for running calls to finish.
 type Classifier struct {
 	manifest *Manifest
 	cfg      Config
 	tok      *tokenizers.Tokenizer
 	encoder  *ort.DynamicAdvancedSession
 	head     *ort.DynamicAdvancedSession
+	static   *static // nil when the manifest has no static stage
 	sepID    uint32
 	featDim  int
 	hasCtx   bool
+	version  string // content-derived, see contentVersion
+	// tokID names the tokenizer and truncation that made a Tokens value:
+	// ids are interchangeable between classifiers with equal tokID.
+	tokID string
+	// shas collects the artifacts' sha256s during load, for version.
+	shas []string
 
 	mu     sync.RWMutex // held for reading by Classify, for writing by Close
 	closed bool
@@ -83,6 +96,19 @@ func New(cfg Config) (*Classifier, error) {
 	if err := c.loadHead(); err != nil {
 		return nil, err
 	}
+	if m.Static != nil {
+		s, shas, err := loadStatic(cfg.ModelDir, m)
+		if err != nil {
+			return nil, err
+		}
+		if s.vocab != int(c.tok.VocabSize()) {
+			return nil, fmt.Errorf("static table: %d rows, the tokenizer has %d word pieces", s.vocab, c.tok.VocabSize())
+		}
+		c.static = s
+		c.shas = append(c.shas, shas...)
+	}
+	c.version = contentVersion(m, c.shas)
+	c.shas = nil
 	ok = true
 	return c, nil
 }
@@ -94,11 +120,12 @@ func (c *Classifier) loadTokenizer() error {
 	if err != nil {
 		return fmt.Errorf("tokenizer: %w (run scripts/setup.sh encoders)", err)
 	}
-	if c.cfg.VerifyEncoder {
-		if got := sha256Hex(raw); got != m.Encoder.TokenizerSHA256 {
-			return fmt.Errorf("tokenizer %s: sha256 %s does not match the manifest's %s", path, got, m.Encoder.TokenizerSHA256)
-		}
+	tokSHA := sha256Hex(raw)
+	if c.cfg.VerifyEncoder && tokSHA != m.Encoder.TokenizerSHA256 {
+		return fmt.Errorf("tokenizer %s: sha256 %s does not match the manifest's %s", path, tokSHA, m.Encoder.TokenizerSHA256)
 	}
+	c.shas = append(c.shas, tokSHA)
+	c.tokID = fmt.Sprintf("%s/%d", tokSHA, m.Encoder.MaxTokens)
 	// The packaged tokenizer.json pads to 128 and truncates at 128; the model
 	// was trained with no padding and truncation at max_tokens (set below),
 	// exactly as the notebook configures the Python tokenizer.
@@ -154,15 +181,16 @@ func (c *Classifier) sessionOptions() (*ort.SessionOptions, error) {
 func (c *Classifier) loadEncoder() error {
 	m := c.manifest
 	path := filepath.Join(c.cfg.EncoderDir, m.Encoder.File)
-	if c.cfg.VerifyEncoder {
-		got, err := sha256File(path)
-		if err != nil {
-			return fmt.Errorf("encoder: %w (run scripts/setup.sh encoders)", err)
-		}
-		if got != m.Encoder.SHA256 {
-			return fmt.Errorf("encoder %s: sha256 %s does not match the manifest's %s (wrong or corrupt file)", path, got, m.Encoder.SHA256)
-		}
+	// Hashed even when not verified: the content version must name the
+	// encoder actually loaded.
+	got, err := sha256File(path)
+	if err != nil {
+		return fmt.Errorf("encoder: %w (run scripts/setup.sh encoders)", err)
 	}
+	if c.cfg.VerifyEncoder && got != m.Encoder.SHA256 {
+		return fmt.Errorf("encoder %s: sha256 %s does not match the manifest's %s (wrong or corrupt file)", path, got, m.Encoder.SHA256)
+	}
+	c.shas = append(c.shas, got)
 	ins, outs, err := ort.GetInputOutputInfo(path)
 	if err != nil {
 		return fmt.Errorf("encoder %s: %w", path, err)
@@ -207,6 +235,7 @@ func (c *Classifier) loadHead() error {
 	if got != m.Head.SHA256 {
 		return fmt.Errorf("head %s: sha256 %s does not match the manifest's %s", path, got, m.Head.SHA256)
 	}
+	c.shas = append(c.shas, got)
 	ins, outs, err := ort.GetInputOutputInfo(path)
 	if err != nil {
 		return fmt.Errorf("head %s: %w", path, err)
@@ -230,8 +259,12 @@ func (c *Classifier) loadHead() error {
 	return nil
 }
 
-// Version is the manifest's model version; cache keys include it.
-func (c *Classifier) Version() string { return c.manifest.Version }
+// Version names the loaded model by content: the manifest's version, "+",
+// then 12 hex digits of a sha256 over manifest.json and every artifact as
+// read (encoder, tokenizer, head, static table and head; the band is in the
+// manifest). Any change to any of them changes it, so it can key cached
+// results. Two classifiers loaded from identical files have equal versions.
+func (c *Classifier) Version() string { return c.version }
 
 // LabelThreshold returns the manifest's label_threshold: the model labels a
 // text slow iff P(slow) is above it. It is the only source of that boundary;
@@ -257,32 +290,50 @@ func (c *Classifier) Classify(ctx context.Context, texts []string) ([]Result, er
 	}
 	ids := make([][]uint32, len(texts))
 	for i, t := range texts {
-		if !utf8.ValidString(t) {
-			return nil, &TextError{Index: i, Err: ErrInvalidUTF8}
-		}
-		// C strings end at NUL; BERT's normaliser drops NUL anyway, so
-		// removing it keeps Go and Python identical.
-		t = strings.ReplaceAll(t, "\x00", "")
-		if strings.TrimSpace(t) == "" {
-			return nil, &TextError{Index: i, Err: ErrEmptyText}
-		}
-		ids[i], _ = c.tok.Encode(t, true)
-		if len(ids[i]) == 0 {
-			return nil, &TextError{Index: i, Err: errors.New("tokenizer produced no tokens")}
+		var err error
+		if ids[i], err = c.encode(t); err != nil {
+			return nil, &TextError{Index: i, Err: err}
 		}
 	}
+	return c.classifyIDs(ctx, ids)
+}
+
+// encode validates and tokenizes one text. The caller holds c.mu.
+func (c *Classifier) encode(t string) ([]uint32, error) {
+	if !utf8.ValidString(t) {
+		return nil, ErrInvalidUTF8
+	}
+	// C strings end at NUL; BERT's normaliser drops NUL anyway, so
+	// removing it keeps Go and Python identical.
+	t = strings.ReplaceAll(t, "\x00", "")
+	if strings.TrimSpace(t) == "" {
+		return nil, ErrEmptyText
+	}
+	// EncodeWithOptions with no options returns the ids alone (Encode also
+	// copies every token's string). v1.22 has no ...Err variant: an empty
+	// result is its failure signal, checked here.
+	ids := c.tok.EncodeWithOptions(t, true).IDs
+	if len(ids) == 0 {
+		return nil, errors.New("tokenizer produced no tokens")
+	}
+	return ids, nil
+}
+
+// classifyIDs runs the encoder and head on tokenized texts. The caller
+// holds c.mu.
+func (c *Classifier) classifyIDs(ctx context.Context, ids [][]uint32) ([]Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	lens := make([]int, len(texts))
-	order := make([]int, len(texts))
+	lens := make([]int, len(ids))
+	order := make([]int, len(ids))
 	for i := range ids {
 		lens[i], order[i] = len(ids[i]), i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return lens[a] - lens[b] })
 
 	dim := c.manifest.Encoder.Dim
-	feats := make([]float32, len(texts)*c.featDim)
+	feats := make([]float32, len(ids)*c.featDim)
 	for _, g := range groupByLength(order, lens, c.cfg.MaxPadWaste, c.cfg.MaxGroupTokens) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -291,11 +342,11 @@ func (c *Classifier) Classify(ctx context.Context, texts []string) ([]Result, er
 			return nil, err
 		}
 	}
-	p, err := c.runHead(feats, len(texts))
+	p, err := c.runHead(feats, len(ids))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Result, len(texts))
+	out := make([]Result, len(ids))
 	for i := range out {
 		out[i] = Result{PSlow: p[i], Tokens: lens[i]}
 		if float64(p[i]) > c.manifest.LabelThreshold {

@@ -16,10 +16,11 @@ import (
 )
 
 type parityRow struct {
-	Category string  `json:"category"`
-	Text     string  `json:"text"`
-	Tokens   int     `json:"tokens"`
-	PSlow    float64 `json:"p_slow"`
+	Category string   `json:"category"`
+	Text     string   `json:"text"`
+	Tokens   int      `json:"tokens"`
+	PSlow    float64  `json:"p_slow"`
+	PStatic  *float64 `json:"p_static"`
 }
 
 func loadParity(t *testing.T, variant string) []parityRow {

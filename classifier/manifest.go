@@ -1,6 +1,8 @@
 package classifier
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +37,30 @@ type Manifest struct {
 		Output   string   `json:"output"`
 		Features []string `json:"features"`
 	} `json:"head"`
+	// Static is the optional first stage; nil when the manifest has none
+	// (the int8 variant), and then the Classifier has no static stage.
+	Static *StaticManifest `json:"static,omitempty"`
+
+	sha256 string // of manifest.json as read, for the content version
+}
+
+// StaticManifest describes the static first stage: a table of one vector
+// per word piece distilled from the encoder, its logistic-regression head
+// (JSON: float32 weights in feature order and a bias), and the band of
+// P(slow) inside which it defers to the encoder.
+type StaticManifest struct {
+	TableFile   string    `json:"table_file"`
+	TableSHA256 string    `json:"table_sha256"`
+	TableFormat string    `json:"table_format"` // int8_row_scale, float16 or float32
+	Vocab       int       `json:"vocab"`
+	Dim         int       `json:"dim"`
+	DropIDs     []uint32  `json:"drop_ids"` // token ids left out of the mean: [CLS], [SEP]
+	Pooling     string    `json:"pooling"`
+	Normalize   string    `json:"normalize"`
+	HeadFile    string    `json:"head_file"`
+	HeadSHA256  string    `json:"head_sha256"`
+	Features    []string  `json:"features"`
+	Band        []float64 `json:"band"` // [lo, hi]
 }
 
 // Feature names the Go classifier knows how to compute, in the order the
@@ -58,6 +84,7 @@ func LoadManifest(dir string) (*Manifest, error) {
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", path, err)
 	}
+	m.sha256 = sha256Hex(raw)
 	return &m, nil
 }
 
@@ -98,6 +125,9 @@ func (m *Manifest) validate() error {
 	if m.LabelThreshold <= 0 || m.LabelThreshold >= 1 {
 		errs = append(errs, fmt.Errorf("label_threshold: must be in (0, 1), got %g", m.LabelThreshold))
 	}
+	if m.Static != nil {
+		errs = append(errs, m.Static.validate())
+	}
 	return errors.Join(errs...)
 }
 
@@ -113,4 +143,18 @@ func (m *Manifest) featureDim() int {
 		}
 	}
 	return n
+}
+
+// contentVersion derives the model version that keys cached results from
+// what is loaded: the manifest's bytes and the sha256 of every artifact as
+// read (encoder, tokenizer, head, static table and head), in that order.
+// The manifest's own version stays in front, readable; the suffix changes
+// whenever any byte of the model does, even under the same version string.
+func contentVersion(m *Manifest, artifactSHA256s []string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "manifest %s\n", m.sha256)
+	for _, s := range artifactSHA256s {
+		fmt.Fprintf(h, "artifact %s\n", s)
+	}
+	return m.Version + "+" + hex.EncodeToString(h.Sum(nil))[:12]
 }

@@ -1,0 +1,255 @@
+package classifier
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"unsafe"
+)
+
+// Band is the interval of the static stage's P(slow) inside which it defers
+// to the encoder: the static stage decides a text when its P(slow) is below
+// Lo or above Hi. The notebook chooses it on validation rows and writes it
+// into the manifest; [0, 1] means the static stage never decides.
+type Band struct {
+	Lo, Hi float64
+}
+
+// Decides reports whether the static stage's p is outside the band, i.e.
+// whether its Result stands without the encoder.
+func (b Band) Decides(p float32) bool { return float64(p) < b.Lo || float64(p) > b.Hi }
+
+// Validate checks 0 ≤ Lo ≤ Hi ≤ 1.
+func (b Band) Validate() error {
+	if !(b.Lo >= 0 && b.Lo <= b.Hi && b.Hi <= 1) {
+		return fmt.Errorf("band [%g, %g]: want 0 <= lo <= hi <= 1", b.Lo, b.Hi)
+	}
+	return nil
+}
+
+// Static table formats (manifest static.table_format). All little-endian.
+const (
+	// formatInt8 is vocab×dim int8 values row-major, then vocab float32
+	// scales: the piece vector is float32(q) × scale of its row.
+	formatInt8  = "int8_row_scale"
+	formatFP16  = "float16"
+	formatFP32  = "float32"
+	featStatic  = "static_mean_l2"
+	staticMaxID = 1 << 24 // sanity bound on the vocabulary size
+)
+
+// static is the first stage: one vector per word piece distilled from the
+// encoder, mean over a text's pieces, L2, then a logistic regression. It is
+// immutable after load and needs no lock.
+type static struct {
+	vocab, dim int
+	q          []int8    // int8 format: vocab×dim
+	scale      []float32 // int8 format: vocab
+	f          []float32 // float formats, widened to float32 at load: vocab×dim
+	w          []float32 // dim weights, then has_context's
+	bias       float32
+	drop       []uint32 // ids left out of the mean ([CLS], [SEP])
+	band       Band
+}
+
+// staticHead is static_head.json.
+type staticHead struct {
+	Features []string  `json:"features"`
+	Weights  []float32 `json:"weights"`
+	Bias     *float32  `json:"bias"`
+}
+
+// loadStatic reads and checks the static table and head named in the
+// manifest; it returns their sha256s for the content version.
+func loadStatic(dir string, m *Manifest) (*static, []string, error) {
+	sm := m.Static
+	tablePath := filepath.Join(dir, sm.TableFile)
+	raw, err := os.ReadFile(tablePath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("static table: %w", err)
+	}
+	tableSHA := sha256Hex(raw)
+	if tableSHA != sm.TableSHA256 {
+		return nil, nil, fmt.Errorf("static table %s: sha256 %s does not match the manifest's %s", tablePath, tableSHA, sm.TableSHA256)
+	}
+	s := &static{vocab: sm.Vocab, dim: sm.Dim, drop: slices.Clone(sm.DropIDs), band: Band{Lo: sm.Band[0], Hi: sm.Band[1]}}
+	n := sm.Vocab * sm.Dim
+	switch sm.TableFormat {
+	case formatInt8:
+		if len(raw) != n+4*sm.Vocab {
+			return nil, nil, fmt.Errorf("static table %s: %d bytes, want %d for %d×%d int8 and %d float32 scales", tablePath, len(raw), n+4*sm.Vocab, sm.Vocab, sm.Dim, sm.Vocab)
+		}
+		// The int8 values are the file's bytes: view them in place rather
+		// than copy, so loading holds the table once (11 MiB, not 22).
+		s.q = unsafe.Slice((*int8)(unsafe.Pointer(unsafe.SliceData(raw))), n)
+		s.scale = make([]float32, sm.Vocab)
+		for i := range s.scale {
+			s.scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[n+4*i:]))
+		}
+	case formatFP16:
+		if len(raw) != 2*n {
+			return nil, nil, fmt.Errorf("static table %s: %d bytes, want %d for %d×%d float16", tablePath, len(raw), 2*n, sm.Vocab, sm.Dim)
+		}
+		s.f = make([]float32, n)
+		for i := range s.f {
+			s.f[i] = float16to32(binary.LittleEndian.Uint16(raw[2*i:]))
+		}
+	case formatFP32:
+		if len(raw) != 4*n {
+			return nil, nil, fmt.Errorf("static table %s: %d bytes, want %d for %d×%d float32", tablePath, len(raw), 4*n, sm.Vocab, sm.Dim)
+		}
+		s.f = make([]float32, n)
+		for i := range s.f {
+			s.f[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+	}
+
+	headPath := filepath.Join(dir, sm.HeadFile)
+	hraw, err := os.ReadFile(headPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("static head: %w", err)
+	}
+	headSHA := sha256Hex(hraw)
+	if headSHA != sm.HeadSHA256 {
+		return nil, nil, fmt.Errorf("static head %s: sha256 %s does not match the manifest's %s", headPath, headSHA, sm.HeadSHA256)
+	}
+	var h staticHead
+	if err := json.Unmarshal(hraw, &h); err != nil {
+		return nil, nil, fmt.Errorf("static head %s: invalid JSON: %w", headPath, err)
+	}
+	if !slices.Equal(h.Features, sm.Features) {
+		return nil, nil, fmt.Errorf("static head %s: features %q, the manifest says %q", headPath, h.Features, sm.Features)
+	}
+	if want := staticFeatureDim(sm.Features, sm.Dim); len(h.Weights) != want || h.Bias == nil {
+		return nil, nil, fmt.Errorf("static head %s: %d weights and bias %v, want %d weights and a bias", headPath, len(h.Weights), h.Bias != nil, want)
+	}
+	s.w, s.bias = h.Weights, *h.Bias
+	if !slices.Contains(sm.Features, featureHasContext) {
+		s.w = append(s.w, 0) // has_context unused: weight 0 keeps score's arithmetic uniform
+	}
+	return s, []string{tableSHA, headSHA}, nil
+}
+
+func staticFeatureDim(features []string, dim int) int {
+	n := 0
+	for _, f := range features {
+		switch f {
+		case featStatic:
+			n += dim
+		case featureHasContext:
+			n++
+		}
+	}
+	return n
+}
+
+// score returns P(slow) for one text's token ids (as the tokenizer gave
+// them, [CLS] and [SEP] included). acc is scratch space of length dim.
+// The arithmetic mirrors the notebook's static_p_ref: float32 sums in token
+// order, the mean, an L2 norm in float64, then a float64 dot product.
+func (s *static) score(ids []uint32, sep uint32, acc []float32) (float32, error) {
+	acc = acc[:s.dim]
+	clear(acc)
+	n := 0
+	for _, id := range ids {
+		if slices.Contains(s.drop, id) {
+			continue
+		}
+		if int(id) >= s.vocab {
+			return 0, fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
+		}
+		n++
+		off := int(id) * s.dim
+		// a has row's length, so the compiler drops the bounds checks.
+		if s.q != nil {
+			row := s.q[off : off+s.dim]
+			a := acc[:len(row)]
+			sc := s.scale[id]
+			for j, v := range row {
+				a[j] += float32(v) * sc
+			}
+		} else {
+			row := s.f[off : off+s.dim]
+			a := acc[:len(row)]
+			for j, v := range row {
+				a[j] += v
+			}
+		}
+	}
+	z := float64(s.bias) + float64(s.w[s.dim])*float64(hasContext(ids, sep))
+	if n > 0 {
+		inv := float32(n)
+		var norm float64
+		for j := range acc {
+			acc[j] /= inv
+			norm += float64(acc[j]) * float64(acc[j])
+		}
+		if norm > 0 {
+			scale := float32(1 / math.Sqrt(norm))
+			for j, v := range acc {
+				z += float64(s.w[j]) * float64(v*scale)
+			}
+		}
+	}
+	return float32(1 / (1 + math.Exp(-z))), nil
+}
+
+// float16to32 widens an IEEE 754 half-precision value.
+func float16to32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h) & 0x3ff
+	switch {
+	case exp == 0 && mant == 0:
+		return math.Float32frombits(sign)
+	case exp == 0: // subnormal: renormalise
+		e := uint32(127 - 15 + 1)
+		for mant&0x400 == 0 {
+			mant <<= 1
+			e--
+		}
+		return math.Float32frombits(sign | e<<23 | (mant&0x3ff)<<13)
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0xff<<23 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// validate checks the manifest's static section.
+func (sm *StaticManifest) validate() error {
+	var errs []error
+	if sm.TableFile == "" || sm.HeadFile == "" || sm.TableSHA256 == "" || sm.HeadSHA256 == "" {
+		errs = append(errs, errors.New("static.table_file, table_sha256, head_file and head_sha256: must not be empty"))
+	}
+	if !slices.Contains([]string{formatInt8, formatFP16, formatFP32}, sm.TableFormat) {
+		errs = append(errs, fmt.Errorf("static.table_format: want %q, %q or %q, got %q", formatInt8, formatFP16, formatFP32, sm.TableFormat))
+	}
+	if sm.Vocab < 1 || sm.Vocab > staticMaxID {
+		errs = append(errs, fmt.Errorf("static.vocab: must be in [1, %d], got %d", staticMaxID, sm.Vocab))
+	}
+	if sm.Dim < 1 || sm.Dim > 1<<16 {
+		errs = append(errs, fmt.Errorf("static.dim: must be in [1, 65536], got %d", sm.Dim))
+	}
+	if sm.Pooling != "mean" || sm.Normalize != "l2" {
+		errs = append(errs, fmt.Errorf("static.pooling and static.normalize: only \"mean\" and \"l2\" are supported, got %q and %q", sm.Pooling, sm.Normalize))
+	}
+	if len(sm.Features) == 0 || sm.Features[0] != featStatic {
+		errs = append(errs, fmt.Errorf("static.features: must start with %q, got %q", featStatic, sm.Features))
+	}
+	for _, f := range sm.Features {
+		if f != featStatic && f != featureHasContext {
+			errs = append(errs, fmt.Errorf("static.features: unknown feature %q", f))
+		}
+	}
+	if len(sm.Band) != 2 {
+		errs = append(errs, fmt.Errorf("static.band: want [lo, hi], got %v", sm.Band))
+	} else if err := (Band{Lo: sm.Band[0], Hi: sm.Band[1]}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("static.%w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,292 @@
+package classifier
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestStaticParity runs every text of the parity file through Tokenize and
+// StaticScore: P(slow) must match the notebook's static stage to 1e-5.
+func TestStaticParity(t *testing.T) {
+	c := newTestClassifier(t, "")
+	rows := loadParity(t, "")
+	var worst float64
+	for i, row := range rows {
+		require.NotNilf(t, row.PStatic, "row %d: parity file has no p_static (re-run the notebook)", i)
+		tok, err := c.Tokenize(row.Text)
+		require.NoError(t, err)
+		res, err := c.StaticScore(tok)
+		require.NoError(t, err)
+		d := math.Abs(float64(res.PSlow) - *row.PStatic)
+		worst = max(worst, d)
+		require.LessOrEqualf(t, d, 1e-5, "row %d (%s, %d tokens): go %.7f python %.7f", i, row.Category, row.Tokens, res.PSlow, *row.PStatic)
+		require.Equal(t, row.Tokens, res.Tokens)
+		require.Equal(t, StageStatic, res.Stage)
+		require.Equal(t, res.PSlow > 0.5, res.Label == SlowLabel)
+	}
+	t.Logf("%d texts, max |P_go - P_python| (static) = %.2e", len(rows), worst)
+}
+
+// TestTokensFeedBothStages: ClassifyTokens gives exactly what Classify gives,
+// and the static and encoder stages see the same token count.
+func TestTokensFeedBothStages(t *testing.T) {
+	c := newTestClassifier(t, "")
+	ctx := context.Background()
+	rows := loadParity(t, "")
+	texts := make([]string, 0, 48)
+	for i := 0; i < len(rows); i += len(rows) / 48 {
+		texts = append(texts, rows[i].Text)
+	}
+	want, err := c.Classify(ctx, texts)
+	require.NoError(t, err)
+	toks := make([]Tokens, len(texts))
+	for i, tx := range texts {
+		toks[i], err = c.Tokenize(tx)
+		require.NoError(t, err)
+	}
+	got, err := c.ClassifyTokens(ctx, toks)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "ClassifyTokens must equal Classify bit for bit")
+	for i, tk := range toks {
+		s, err := c.StaticScore(tk)
+		require.NoError(t, err)
+		require.Equal(t, StageEncoder, got[i].Stage)
+		require.Equal(t, got[i].Tokens, s.Tokens)
+		require.Equal(t, tk.Len(), s.Tokens)
+	}
+}
+
+func TestStaticStageErrors(t *testing.T) {
+	c := newTestClassifier(t, "")
+	_, err := c.Tokenize("  ")
+	require.ErrorIs(t, err, ErrEmptyText)
+	_, err = c.Tokenize("bad \xff")
+	require.ErrorIs(t, err, ErrInvalidUTF8)
+	_, err = c.StaticScore(Tokens{})
+	require.ErrorIs(t, err, ErrForeignTokens)
+	_, err = c.ClassifyTokens(context.Background(), []Tokens{{}})
+	require.ErrorIs(t, err, ErrForeignTokens)
+
+	t.Run("tokens of another truncation are refused", func(t *testing.T) {
+		cfg := testConfig(t, "")
+		cfg.ModelDir = copyDir(t, cfg.ModelDir)
+		editManifest(t, cfg.ModelDir, func(m map[string]any) { m["encoder"].(map[string]any)["max_tokens"] = 128 })
+		other, err := New(cfg)
+		require.NoError(t, err)
+		defer other.Close()
+		tk, err := other.Tokenize(strings.Repeat("word ", 300))
+		require.NoError(t, err)
+		require.Equal(t, 128, tk.Len())
+		_, err = c.StaticScore(tk)
+		require.ErrorIs(t, err, ErrForeignTokens)
+		_, err = c.ClassifyTokens(context.Background(), []Tokens{tk})
+		var te *TextError
+		require.ErrorAs(t, err, &te)
+		require.Equal(t, 0, te.Index)
+	})
+	t.Run("a model without a static stage says so", func(t *testing.T) {
+		q := newTestClassifier(t, "int8")
+		_, ok := q.Band()
+		require.False(t, ok)
+		tk, err := q.Tokenize("Write a poem")
+		require.NoError(t, err)
+		_, err = q.StaticScore(tk)
+		require.ErrorIs(t, err, ErrNoStatic)
+		// Same tokenizer and truncation: the int8 model's tokens feed the fp32 static stage.
+		r, err := c.StaticScore(tk)
+		require.NoError(t, err)
+		require.Equal(t, StageStatic, r.Stage)
+	})
+	t.Run("closed", func(t *testing.T) {
+		cc, err := New(testConfig(t, ""))
+		require.NoError(t, err)
+		tk, err := cc.Tokenize("hello")
+		require.NoError(t, err)
+		require.NoError(t, cc.Close())
+		_, err = cc.Tokenize("hello")
+		require.ErrorIs(t, err, ErrClosed)
+		_, err = cc.StaticScore(tk)
+		require.ErrorIs(t, err, ErrClosed)
+		_, err = cc.ClassifyTokens(context.Background(), []Tokens{tk})
+		require.ErrorIs(t, err, ErrClosed)
+	})
+}
+
+// TestBandFromManifest: the shipped model carries the notebook's band, and
+// Decides is strict at both ends.
+func TestBandFromManifest(t *testing.T) {
+	c := newTestClassifier(t, "")
+	b, ok := c.Band()
+	require.True(t, ok)
+	m := c.Manifest().Static
+	require.Equal(t, Band{Lo: m.Band[0], Hi: m.Band[1]}, b)
+	require.NoError(t, b.Validate())
+	require.Less(t, b.Lo, 0.5)
+	require.Greater(t, b.Hi, 0.5)
+	require.True(t, Band{0.1, 0.9}.Decides(0.05))
+	require.True(t, Band{0.1, 0.9}.Decides(0.95))
+	require.False(t, Band{0.1, 0.9}.Decides(0.1))
+	require.False(t, Band{0.1, 0.9}.Decides(0.5))
+	require.False(t, Band{0, 1}.Decides(0), "[0, 1] never decides")
+	require.False(t, Band{0, 1}.Decides(1))
+	require.Error(t, Band{0.6, 0.4}.Validate())
+	require.Error(t, Band{-0.1, 0.9}.Validate())
+}
+
+// TestVersionIsContentDerived: two model dirs that differ only in the head's
+// bytes, under the same manifest version string, get different versions;
+// identical files get equal versions; the band is part of the version.
+func TestVersionIsContentDerived(t *testing.T) {
+	base := testConfig(t, "")
+	a := newTestClassifier(t, "")
+	require.True(t, strings.HasPrefix(a.Version(), a.Manifest().Version+"+"), a.Version())
+
+	same := base
+	same.ModelDir = copyDir(t, base.ModelDir)
+	b, err := New(same)
+	require.NoError(t, err)
+	defer b.Close()
+	require.Equal(t, a.Version(), b.Version(), "identical files, identical version")
+
+	// Another head: same graph and weights, one byte of its producer name
+	// changed, sha256 updated in the manifest, version string untouched.
+	other := base
+	other.ModelDir = copyDir(t, base.ModelDir)
+	hp := filepath.Join(other.ModelDir, "head.onnx")
+	head, err := os.ReadFile(hp)
+	require.NoError(t, err)
+	i := strings.Index(string(head), "triage-train")
+	require.Positive(t, i)
+	head[i] = 'T'
+	require.NoError(t, os.WriteFile(hp, head, 0o644))
+	editManifest(t, other.ModelDir, func(m map[string]any) { m["head"].(map[string]any)["sha256"] = sha256Hex(head) })
+	d, err := New(other)
+	require.NoError(t, err)
+	defer d.Close()
+	require.Equal(t, a.Manifest().Version, d.Manifest().Version)
+	require.NotEqual(t, a.Version(), d.Version(), "a different head must change the version")
+
+	band := base
+	band.ModelDir = copyDir(t, base.ModelDir)
+	editManifest(t, band.ModelDir, func(m map[string]any) { m["static"].(map[string]any)["band"] = []float64{0.2, 0.8} })
+	e, err := New(band)
+	require.NoError(t, err)
+	defer e.Close()
+	require.NotEqual(t, a.Version(), e.Version(), "another band must change the version")
+}
+
+func TestStaticLoadErrors(t *testing.T) {
+	base := testConfig(t, "")
+	newTestClassifier(t, "")
+	cases := []struct {
+		name   string
+		mutate func(t *testing.T, dir string)
+		want   []string
+	}{
+		{"corrupt table", func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_table.bin"), []byte("garbage"), 0o644))
+		}, []string{"static table", "static_table.bin", "sha256"}},
+		{"short table with matching sha", func(t *testing.T, dir string) {
+			b := []byte("garbage")
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_table.bin"), b, 0o644))
+			editManifest(t, dir, func(m map[string]any) { m["static"].(map[string]any)["table_sha256"] = sha256Hex(b) })
+		}, []string{"static table", "7 bytes"}},
+		{"head with too few weights", func(t *testing.T, dir string) {
+			b := []byte(`{"features": ["static_mean_l2", "has_context"], "weights": [1, 2], "bias": 0.5}`)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_head.json"), b, 0o644))
+			editManifest(t, dir, func(m map[string]any) { m["static"].(map[string]any)["head_sha256"] = sha256Hex(b) })
+		}, []string{"static head", "2 weights", "want 385"}},
+		{"inverted band", func(t *testing.T, dir string) {
+			editManifest(t, dir, func(m map[string]any) { m["static"].(map[string]any)["band"] = []float64{0.9, 0.1} })
+		}, []string{"static.band", "0.9"}},
+		{"unknown table format", func(t *testing.T, dir string) {
+			editManifest(t, dir, func(m map[string]any) { m["static"].(map[string]any)["table_format"] = "int4" })
+		}, []string{"static.table_format", "int4"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.ModelDir = copyDir(t, base.ModelDir)
+			tc.mutate(t, cfg.ModelDir)
+			_, err := New(cfg)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestFloat16(t *testing.T) {
+	for h, want := range map[uint16]float32{
+		0x0000: 0, 0x3c00: 1, 0xc000: -2, 0x3555: 0.33325195, 0x7bff: 65504,
+		0x0001: 5.9604645e-08, 0x0400: 6.1035156e-05, 0x03ff: 6.097555e-05,
+	} {
+		require.Equalf(t, want, float16to32(h), "%#04x", h)
+	}
+	require.True(t, math.IsInf(float64(float16to32(0x7c00)), 1))
+	require.True(t, math.IsNaN(float64(float16to32(0x7e00))))
+}
+
+func editManifest(t *testing.T, dir string, f func(map[string]any)) {
+	t.Helper()
+	p := filepath.Join(dir, "manifest.json")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	f(m)
+	b, err = json.MarshalIndent(m, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+}
+
+// TestStagesConcurrently: Tokenize, StaticScore and ClassifyTokens from
+// several goroutines give the single-threaded results (run with -race).
+func TestStagesConcurrently(t *testing.T) {
+	c := newTestClassifier(t, "")
+	rows := loadParity(t, "")[:24]
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; i < len(rows); i += 4 {
+				tk, err := c.Tokenize(rows[i].Text)
+				if err != nil {
+					errs <- err
+					return
+				}
+				s, err := c.StaticScore(tk)
+				if err != nil {
+					errs <- err
+					return
+				}
+				e, err := c.ClassifyTokens(context.Background(), []Tokens{tk})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if math.Abs(float64(s.PSlow)-*rows[i].PStatic) > 1e-5 || math.Abs(float64(e[0].PSlow)-rows[i].PSlow) > 1e-4 {
+					errs <- fmt.Errorf("row %d: concurrent result differs from parity", i)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
