@@ -48,6 +48,16 @@ func TestLoadErrorsSayWhatAndWhere(t *testing.T) {
 			b, _ = json.Marshal(m)
 			require.NoError(t, os.WriteFile(p, b, 0o644))
 		}, []string{"encoder.pooling", "cls"}},
+		{"static table from another encoder", func(t *testing.T, cfg *Config) {
+			cfg.ModelDir = copyDir(t, base.ModelDir)
+			p := filepath.Join(cfg.ModelDir, "manifest.json")
+			var m map[string]any
+			b, _ := os.ReadFile(p)
+			require.NoError(t, json.Unmarshal(b, &m))
+			m["static"].(map[string]any)["distilled_from"].(map[string]any)["encoder_sha256"] = "0123abcd"
+			b, _ = json.Marshal(m)
+			require.NoError(t, os.WriteFile(p, b, 0o644))
+		}, []string{"static.distilled_from.encoder_sha256", "0123abcd", "re-run the notebook"}},
 		{"corrupt head", func(t *testing.T, cfg *Config) {
 			cfg.ModelDir = copyDir(t, base.ModelDir)
 			require.NoError(t, os.WriteFile(filepath.Join(cfg.ModelDir, "head.onnx"), []byte("garbage"), 0o644))

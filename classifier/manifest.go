@@ -61,6 +61,11 @@ type StaticManifest struct {
 	HeadSHA256  string    `json:"head_sha256"`
 	Features    []string  `json:"features"`
 	Band        []float64 `json:"band"` // [lo, hi]
+	// DistilledFrom names the encoder the table was distilled from; it must be
+	// the manifest's encoder (a table from another encoder is refused).
+	DistilledFrom struct {
+		EncoderSHA256 string `json:"encoder_sha256"`
+	} `json:"distilled_from"`
 }
 
 // Feature names the Go classifier knows how to compute, in the order the
@@ -127,6 +132,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.Static != nil {
 		errs = append(errs, m.Static.validate())
+		if got := m.Static.DistilledFrom.EncoderSHA256; got != m.Encoder.SHA256 {
+			errs = append(errs, fmt.Errorf("static.distilled_from.encoder_sha256: the table was distilled from encoder %q, not this manifest's encoder %q; re-run the notebook", got, m.Encoder.SHA256))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -26,16 +26,17 @@ import (
 // upstream sections use upstream.Duration, a TextUnmarshaler with the same spelling. A bare
 // number is rejected in both, never guessed.
 type Config struct {
-	Server     ServerConfig       `yaml:"server"`
-	Classifier classifier.Config  `yaml:"classifier"`
-	Cache      router.CacheConfig `yaml:"cache"`
-	Batcher    batcher.Config     `yaml:"batcher"`
-	Decision   decision.Config    `yaml:"decision"`
-	Pools      PoolsConfig        `yaml:"pools"`
-	Sim        SimConfig          `yaml:"sim"`
-	Fleet      fleet.Config       `yaml:"fleet"`
-	Admin      AdminConfig        `yaml:"admin"`
-	Log        LogConfig          `yaml:"log"`
+	Server     ServerConfig         `yaml:"server"`
+	Classifier classifier.Config    `yaml:"classifier"`
+	Cache      router.CacheConfig   `yaml:"cache"`
+	Cascade    router.CascadeConfig `yaml:"cascade"`
+	Batcher    batcher.Config       `yaml:"batcher"`
+	Decision   decision.Config      `yaml:"decision"`
+	Pools      PoolsConfig          `yaml:"pools"`
+	Sim        SimConfig            `yaml:"sim"`
+	Fleet      fleet.Config         `yaml:"fleet"`
+	Admin      AdminConfig          `yaml:"admin"`
+	Log        LogConfig            `yaml:"log"`
 }
 
 // ServerConfig is the HTTP layer: where it listens, what it accepts and how long things may take.
@@ -293,6 +294,7 @@ func DefaultConfig() Config {
 		Server:     DefaultServerConfig(),
 		Classifier: classifier.DefaultConfig(),
 		Cache:      router.DefaultCacheConfig(),
+		Cascade:    router.DefaultCascadeConfig(),
 		Batcher:    batcher.DefaultConfig(),
 		Decision:   decision.DefaultConfig(),
 		Pools:      PoolsConfig{Fast: DefaultPoolConfig("fast"), Slow: DefaultPoolConfig("slow")},
@@ -338,5 +340,5 @@ func (c Config) crossChecks() error {
 
 // Router returns the request pipeline's sections (cache, batcher, decision).
 func (c Config) Router() router.Config {
-	return router.Config{Cache: c.Cache, Batcher: c.Batcher, Decision: c.Decision}
+	return router.Config{Cache: c.Cache, Cascade: c.Cascade, Batcher: c.Batcher, Decision: c.Decision}
 }

@@ -3,23 +3,21 @@ package fleet
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
-	"math"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
 // Cache is the fleet's shared result cache: the second tier behind each gateway's own
-// (ristretto). It maps model version + normalised text to the model's output, P(slow) and
-// token count — never a decision — so a text classified by one gateway is a hit on every
-// other. It satisfies router.SharedCache.
+// (ristretto). It maps model version + normalised text to a small value the router encodes
+// (the model's output — P(slow), token count, stage — never a decision), so a text
+// classified by one gateway is a hit on every other. It satisfies router.SharedCache.
 //
 // Keys are "<prefix>:c:" + the first 16 bytes of SHA-256(version NUL text), hex: fixed
 // size whatever the text, and a new model version (a reload) never finds the old one's
-// entries. Values are 8 bytes (float32 P(slow), uint32 tokens). Entries expire after
-// fleet.cache.ttl; the memory bound is the Redis server's maxmemory with an LRU policy.
+// entries. Entries expire after fleet.cache.ttl; the memory bound is the Redis server's
+// maxmemory with an LRU policy.
 //
 // Lossy by design, like any cache: lookups that fail or time out are misses, writes go
 // through a bounded queue and are dropped when it is full or Redis is down.
@@ -48,28 +46,13 @@ func (c *Cache) key(version, text string) string {
 	return c.conn.key("c", hex.EncodeToString(h.Sum(sum[:0])[:16]))
 }
 
-func encodeEntry(pSlow float32, tokens int) string {
-	var b [8]byte
-	binary.LittleEndian.PutUint32(b[:4], math.Float32bits(pSlow))
-	binary.LittleEndian.PutUint32(b[4:], uint32(max(tokens, 0)))
-	return string(b[:])
-}
+// maxValue bounds a stored value; anything larger is refused on write and ignored on read.
+const maxValue = 64
 
-func decodeEntry(s string) (pSlow float32, tokens int, ok bool) {
-	if len(s) != 8 {
-		return 0, 0, false
-	}
-	p := math.Float32frombits(binary.LittleEndian.Uint32([]byte(s[:4])))
-	if math.IsNaN(float64(p)) || p < 0 || p > 1 {
-		return 0, 0, false
-	}
-	return p, int(binary.LittleEndian.Uint32([]byte(s[4:]))), true
-}
-
-// Get looks texts up under version in one round trip. found[i] reports a hit for texts[i].
-// While Redis is down, or on any error, everything is a miss.
-func (c *Cache) Get(ctx context.Context, version string, texts []string) (pSlow []float32, tokens []int, found []bool) {
-	pSlow, tokens, found = make([]float32, len(texts)), make([]int, len(texts)), make([]bool, len(texts))
+// Get looks texts up under version in one round trip. found[i] reports a hit for texts[i]
+// and vals[i] is its value. While Redis is down, or on any error, everything is a miss.
+func (c *Cache) Get(ctx context.Context, version string, texts []string) (vals []string, found []bool) {
+	vals, found = make([]string, len(texts)), make([]bool, len(texts))
 	if len(texts) == 0 {
 		return
 	}
@@ -97,7 +80,7 @@ func (c *Cache) Get(ctx context.Context, version string, texts []string) (pSlow 
 			c.count(len(texts), "miss", err)
 			return
 		}
-		pSlow[0], tokens[0], found[0] = decodeEntry(s)
+		vals[0], found[0] = s, len(s) > 0 && len(s) <= maxValue
 		c.record(found)
 		return
 	}
@@ -109,7 +92,7 @@ func (c *Cache) Get(ctx context.Context, version string, texts []string) (pSlow 
 	}
 	for i, m := range arr {
 		if s, err := m.ToString(); err == nil {
-			pSlow[i], tokens[i], found[i] = decodeEntry(s)
+			vals[i], found[i] = s, len(s) > 0 && len(s) <= maxValue
 		}
 	}
 	c.record(found)
@@ -135,15 +118,15 @@ func (c *Cache) count(n int, result string, err error) {
 	c.conn.m.cache.WithLabelValues(result).Add(float64(n))
 }
 
-// Set queues a result for writing. It never blocks: when the queue is full or Redis is down
+// Set queues a value for writing. It never blocks: when the queue is full or Redis is down
 // the write is dropped (and counted).
-func (c *Cache) Set(version, text string, pSlow float32, tokens int) {
-	if !c.conn.Up() {
+func (c *Cache) Set(version, text, val string) {
+	if !c.conn.Up() || len(val) == 0 || len(val) > maxValue {
 		c.conn.m.cacheDropped.Inc()
 		return
 	}
 	select {
-	case c.writes <- cacheWrite{key: c.key(version, text), val: encodeEntry(pSlow, tokens)}:
+	case c.writes <- cacheWrite{key: c.key(version, text), val: val}:
 	default:
 		c.conn.m.cacheDropped.Inc()
 	}

@@ -139,23 +139,21 @@ func TestCacheIsSharedAcrossGateways(t *testing.T) {
 	r := redistest.Start(t)
 	cfg := testFleetConfig(r.URL())
 	a, b := joinFleet(t, cfg, "a", 5), joinFleet(t, cfg, "b", 5)
-	a.cache.Set("v1", "write a poem", 0.87, 6)
-	a.cache.Set("v1", "classify: cat", 0.12, 5)
+	a.cache.Set("v1", "write a poem", "value-1")
+	a.cache.Set("v1", "classify: cat", "value-2")
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
-		_, _, f := b.cache.Get(ctx, "v1", []string{"write a poem"})
+		_, f := b.cache.Get(ctx, "v1", []string{"write a poem"})
 		return f[0]
 	}, 2*time.Second, 5*time.Millisecond)
 
 	before := r.CommandCalls("mget")
-	p, tok, found := b.cache.Get(ctx, "v1", []string{"write a poem", "never seen", "classify: cat"})
+	vals, found := b.cache.Get(ctx, "v1", []string{"write a poem", "never seen", "classify: cat"})
 	require.Equal(t, []bool{true, false, true}, found)
-	require.InDelta(t, 0.87, p[0], 1e-7)
-	require.Equal(t, 6, tok[0])
-	require.InDelta(t, 0.12, p[2], 1e-7)
+	require.Equal(t, []string{"value-1", "", "value-2"}, vals)
 	require.Equal(t, before+1, r.CommandCalls("mget"), "three lookups, one round trip")
 
-	_, _, found = b.cache.Get(ctx, "v2", []string{"write a poem"})
+	_, found = b.cache.Get(ctx, "v2", []string{"write a poem"})
 	require.False(t, found[0], "another model version never sees these entries")
 
 	ttl, err := r.Command("PTTL", a.cache.key("v1", "write a poem"))
@@ -189,7 +187,7 @@ func TestRedisOutageFallsBackAndRejoins(t *testing.T) {
 		got++
 	}
 	require.Equal(t, aLimit-1, got)
-	_, _, found := a.cache.Get(context.Background(), "v1", []string{"x"})
+	_, found := a.cache.Get(context.Background(), "v1", []string{"x"})
 	require.False(t, found[0])
 	require.Less(t, time.Since(start), 50*time.Millisecond, "no request waits on a dead Redis")
 	require.Equal(t, aLimit, a.budget.Max(), "the load is this gateway's own share while down")

@@ -2,11 +2,15 @@ package router
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
+
+	"github.com/triage-gw/triage/classifier"
 )
 
 // CacheConfig sizes the result cache in front of the classifier. It holds model outputs
@@ -38,22 +42,47 @@ func (c CacheConfig) ValidateAt(path string) error {
 }
 
 // SharedCache is an optional second result-cache tier behind the in-process one, shared by
-// the gateways of a fleet (package fleet implements it on Redis). It holds model outputs
-// keyed by model version + text, never decisions.
+// the gateways of a fleet (package fleet implements it on Redis). It stores, keyed by
+// version + text, the small values this package encodes (model outputs, never decisions).
 //
 // Contract: Get looks texts up in one round trip; found[i] is false on a miss and on any
 // trouble (the tier is optional: an unreachable tier is a miss, never an error). Set queues a
-// result and never blocks; it may drop it. Both are safe for concurrent use.
+// value and never blocks; it may drop it. Both are safe for concurrent use.
 type SharedCache interface {
-	Get(ctx context.Context, version string, texts []string) (pSlow []float32, tokens []int, found []bool)
-	Set(version, text string, pSlow float32, tokens int)
+	Get(ctx context.Context, version string, texts []string) (vals []string, found []bool)
+	Set(version, text, val string)
 }
 
-// cached is a model output as the cache keeps it. Never a decision: every hit is decided
-// again under the current load.
+// cached is a model output as the caches keep it: P(slow), tokens and the stage that
+// produced it. Never a decision: every hit is decided again under the current load.
 type cached struct {
 	pSlow  float32
 	tokens int
+	stage  classifier.Stage
+}
+
+// encode is the shared tier's value: 4 bytes float32 P(slow), 4 bytes tokens, 1 byte stage,
+// little-endian.
+func (c cached) encode() string {
+	var b [9]byte
+	binary.LittleEndian.PutUint32(b[:4], math.Float32bits(c.pSlow))
+	binary.LittleEndian.PutUint32(b[4:8], uint32(max(c.tokens, 0)))
+	b[8] = byte(c.stage)
+	return string(b[:])
+}
+
+// decodeCached reads encode's value, refusing anything else (another format, a corrupt or
+// foreign entry) as a miss.
+func decodeCached(s string) (cached, bool) {
+	if len(s) != 9 {
+		return cached{}, false
+	}
+	p := math.Float32frombits(binary.LittleEndian.Uint32([]byte(s[:4])))
+	st := classifier.Stage(s[8])
+	if math.IsNaN(float64(p)) || p < 0 || p > 1 || (st != classifier.StageEncoder && st != classifier.StageStatic) {
+		return cached{}, false
+	}
+	return cached{pSlow: p, tokens: int(binary.LittleEndian.Uint32([]byte(s[4:8]))), stage: st}, true
 }
 
 // resultCache maps model version + normalised text to the model's output, in ristretto.

@@ -77,6 +77,7 @@ func (r *Router) Route(ctx context.Context, text string) (Route, error) {
 	}
 	rt := r.decide(sc, true)
 	r.m.decisions.WithLabelValues(rt.Path(), string(rt.Reason)).Inc()
+	r.m.stageDecisions.WithLabelValues(rt.Stage.String()).Inc()
 	return rt, nil
 }
 

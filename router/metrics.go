@@ -13,6 +13,10 @@ type metrics struct {
 	cacheRequests *prometheus.CounterVec // result
 	modelInfo     *prometheus.GaugeVec   // version
 	reloads       *prometheus.CounterVec // result
+	// classifications counts fresh classifications (cache misses) by the stage that made
+	// them; stageDecisions counts routed decisions by the stage behind their P(slow).
+	classifications *prometheus.CounterVec // stage
+	stageDecisions  *prometheus.CounterVec // stage
 }
 
 // newMetrics registers the pipeline's metrics on reg; the gauges are read from r at scrape
@@ -36,12 +40,24 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 			Help: "Model reload attempts by result (ok or error).",
 		}, []string{"result"}),
 	}
+	m.classifications = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_classifications_total",
+		Help: "Texts classified (cache misses) by the stage that decided them: static (the cascade's first stage) or encoder.",
+	}, []string{"stage"})
+	m.stageDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_stage_decisions_total",
+		Help: "Routing decisions of executed requests by the classifier stage behind their P(slow), cache hits included.",
+	}, []string{"stage"})
+	for _, st := range []string{"static", "encoder"} {
+		m.classifications.WithLabelValues(st)
+		m.stageDecisions.WithLabelValues(st)
+	}
 	m.cacheRequests.WithLabelValues("hit")
 	m.cacheRequests.WithLabelValues("miss")
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	all := []prometheus.Collector{
-		m.decisions, m.cacheRequests, m.modelInfo, m.reloads,
+		m.decisions, m.cacheRequests, m.modelInfo, m.reloads, m.classifications, m.stageDecisions,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_active",
 			Help: "Requests holding the slow-path budget.",

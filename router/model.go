@@ -39,8 +39,13 @@ type loaded struct {
 	m       Model
 	version string
 	cutoff  float64
-	refs    atomic.Int64
-	log     *slog.Logger
+	// staged is the model's first stage and band when the cascade uses it; nil otherwise.
+	staged Staged
+	band   classifier.Band
+	// key is the version the caches are keyed by (see cacheVersion).
+	key  string
+	refs atomic.Int64
+	log  *slog.Logger
 }
 
 func (l *loaded) release() {
@@ -56,7 +61,8 @@ func (l *loaded) release() {
 // holder holds the current model. Its mutex guards only the pointer swap and the refcount
 // increment that must not race it; no model call happens under it.
 type holder struct {
-	log    *slog.Logger
+	log     *slog.Logger
+	cascade CascadeConfig
 	mu     sync.Mutex
 	cur    *loaded // nil before the first swap and after close
 	closed bool
@@ -89,6 +95,8 @@ func (h *holder) peek() *loaded { return h.current.Load() }
 // closed.
 func (h *holder) swap(m Model) error {
 	l := &loaded{m: m, version: m.Version(), cutoff: m.LabelThreshold(), log: h.log}
+	l.staged, l.band = stageOf(m, h.cascade)
+	l.key = cacheVersion(l.version, l.staged, l.band)
 	l.refs.Store(1)
 	h.mu.Lock()
 	if h.closed {
@@ -212,6 +220,7 @@ func (r *Router) Reload(ctx context.Context) (ReloadResult, error) {
 	res.Current = m.Version()
 	r.m.reloads.WithLabelValues("ok").Inc()
 	r.m.setModel(res.Current)
+	r.logStages(m)
 	r.log.Info("model reloaded", "previous_version", prev, "model_version", res.Current)
 	return res, nil
 }

@@ -17,10 +17,12 @@ import (
 )
 
 // Config is the request pipeline's configuration: the result cache in front of the
-// classifier, the batcher that feeds it, and the fast-or-slow decision. In the gateway's
-// YAML they are the top-level sections cache, batcher and decision.
+// classifier, the cascade's first stage, the batcher that feeds the encoder, and the
+// fast-or-slow decision. In the gateway's YAML they are the top-level sections cache,
+// cascade, batcher and decision.
 type Config struct {
 	Cache    CacheConfig
+	Cascade  CascadeConfig
 	Batcher  batcher.Config
 	Decision decision.Config
 }
@@ -30,6 +32,7 @@ type Config struct {
 func (c Config) ValidateAt(path string) error {
 	return errors.Join(
 		c.Cache.ValidateAt(joinPath(path, "cache")),
+		c.Cascade.ValidateAt(joinPath(path, "cascade")),
 		c.Batcher.ValidateAt(joinPath(path, "batcher")),
 		c.Decision.ValidateAt(joinPath(path, "decision")),
 	)
@@ -79,6 +82,10 @@ type Router struct {
 
 	cache  *resultCache
 	shared SharedCache // nil without one
+	// tokens hands a text's first-stage tokenization to the batch that classifies it with
+	// the encoder (the batcher carries texts only). A submitter stores before Submit and
+	// deletes after it returns, so entries live only while their request waits.
+	tokens sync.Map // string → classifier.Tokens
 	batch  *batcher.Batcher[scored]
 	policy decision.Policy
 	budget SlowBudget
@@ -107,6 +114,7 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 		r.log = slog.Default()
 	}
 	r.models.log = r.log
+	r.models.cascade = cfg.Cascade
 	reg := opts.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -144,11 +152,27 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 		return nil, err
 	}
 	r.m.setModel(m.Version())
+	r.logStages(m)
 	if cut := m.LabelThreshold(); cfg.Decision.Policy == decision.PolicyQuadratic && cfg.Decision.Base != cut {
 		r.log.Warn("decision.base differs from the model's label threshold: at zero load the decision is not the model's label",
 			"decision_base", cfg.Decision.Base, "label_threshold", cut, "model_version", m.Version())
 	}
 	return r, nil
+}
+
+// logStages says which stages a newly current model classifies with.
+func (r *Router) logStages(m Model) {
+	l := r.models.peek()
+	switch {
+	case l == nil:
+	case l.staged != nil:
+		r.log.Info("classifier cascade on: the first stage decides outside its band, the encoder inside",
+			"model_version", l.version, "band_low", l.band.Lo, "band_high", l.band.Hi)
+	case r.cfg.Cascade.Enabled:
+		r.log.Info("classifier cascade on but this model has no first stage: every text goes to the encoder", "model_version", l.version)
+	default:
+		r.log.Info("classifier cascade off: every text goes to the encoder", "model_version", l.version)
+	}
 }
 
 // Run runs the batcher until ctx ends, then closes the router: the model is closed once its

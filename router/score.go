@@ -24,12 +24,17 @@ type Score struct {
 	Version string
 	// Cutoff is that model's label threshold: the model says slow iff PSlow > Cutoff.
 	Cutoff float64
+	// Stage is the classifier stage that produced PSlow: the first stage (static) or the
+	// encoder. A cache hit reports the stage of the result it found.
+	Stage classifier.Stage
 	// Hit reports a result-cache hit (the classifier did not run); Shared that the hit came
 	// from the fleet's shared tier rather than this gateway's own.
 	Hit, Shared bool
-	// CacheTime, Queue and Inference are the time spent in the cache lookup, waiting for a
-	// batch, and in the batch's classifier call. Queue and Inference are zero on a hit.
-	CacheTime, Queue, Inference time.Duration
+	// CacheTime, Static, Queue and Inference are the time spent in the cache lookup, in the
+	// first stage (tokenizing and scoring), waiting for a batch, and in the batch's encoder
+	// call. All but CacheTime are zero on a hit; Queue and Inference are zero when the first
+	// stage decided.
+	CacheTime, Static, Queue, Inference time.Duration
 }
 
 // ModelSlow reports whether the model's own label is slow.
@@ -62,8 +67,31 @@ func (s Score) CacheTier() string {
 type scored struct {
 	res     classifier.Result
 	version string
+	key     string // the cache version of the model that made it
 	cutoff  float64
 	err     error
+}
+
+// classifyBatch runs the encoder on texts: with the tokens their first stage made when every
+// text has them (so none is tokenized twice), else from the texts.
+func (r *Router) classifyBatch(ctx context.Context, ref *loaded, texts []string) ([]classifier.Result, error) {
+	if ref.staged == nil {
+		return ref.m.Classify(ctx, texts)
+	}
+	toks := make([]classifier.Tokens, len(texts))
+	for i, t := range texts {
+		v, ok := r.tokens.Load(t)
+		if !ok {
+			return ref.m.Classify(ctx, texts)
+		}
+		toks[i] = v.(classifier.Tokens)
+	}
+	res, err := ref.staged.ClassifyTokens(ctx, toks)
+	if errors.Is(err, classifier.ErrForeignTokens) {
+		// Tokenized by a model a reload has since replaced, with another tokenizer.
+		return ref.m.Classify(ctx, texts)
+	}
+	return res, err
 }
 
 // runBatch is the batcher's Func: one Classify call on the current model, holding a
@@ -86,7 +114,7 @@ func (r *Router) runBatch(ctx context.Context, texts []string) ([]scored, error)
 		for j, i := range todo {
 			batch[j] = texts[i]
 		}
-		res, err := ref.m.Classify(ctx, batch)
+		res, err := r.classifyBatch(ctx, ref, batch)
 		var te *classifier.TextError
 		if errors.As(err, &te) && te.Index >= 0 && te.Index < len(todo) {
 			out[todo[te.Index]].err = &UnclassifiableError{Err: te.Err}
@@ -103,7 +131,7 @@ func (r *Router) runBatch(ctx context.Context, texts []string) ([]scored, error)
 			if p := float64(res[j].PSlow); math.IsNaN(p) || p < 0 || p > 1 {
 				return nil, fmt.Errorf("classifier %s: P(slow) = %v, outside [0, 1]", ref.version, p)
 			}
-			out[i] = scored{res: res[j], version: ref.version, cutoff: ref.cutoff}
+			out[i] = scored{res: res[j], version: ref.version, key: ref.key, cutoff: ref.cutoff}
 		}
 		break
 	}
@@ -120,7 +148,8 @@ func (r *Router) score(ctx context.Context, text string) (Score, error) {
 
 // scoreMany scores texts into out (errs[i] for a text that failed): each text is looked up
 // in this gateway's cache; the misses in the shared tier, all in one round trip; what is
-// still missing is classified, the texts submitted together so they share batches.
+// still missing goes through the first stage, and the texts it leaves undecided to the
+// encoder, submitted together so they share batches.
 func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, errs []error) {
 	start := time.Now()
 	cur := r.models.peek()
@@ -130,12 +159,15 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 		}
 		return
 	}
+	hit := func(i int, c cached, shared bool) {
+		r.m.cacheRequests.WithLabelValues("hit").Inc()
+		out[i] = Score{PSlow: c.pSlow, Tokens: c.tokens, Version: cur.version, Cutoff: cur.cutoff, Stage: c.stage,
+			Hit: true, Shared: shared, CacheTime: time.Since(start)}
+	}
 	var miss []int
 	for i, text := range texts {
-		if c, ok := r.cache.get(cur.version, text); ok {
-			r.m.cacheRequests.WithLabelValues("hit").Inc()
-			out[i] = Score{PSlow: c.pSlow, Tokens: c.tokens, Version: cur.version, Cutoff: cur.cutoff,
-				Hit: true, CacheTime: time.Since(start)}
+		if c, ok := r.cache.get(cur.key, text); ok {
+			hit(i, c, false)
 			continue
 		}
 		miss = append(miss, i)
@@ -145,23 +177,29 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 		for j, i := range miss {
 			keys[j] = texts[i]
 		}
-		p, tok, found := r.shared.Get(ctx, cur.version, keys)
+		vals, found := r.shared.Get(ctx, cur.key, keys)
 		still := miss[:0]
 		for j, i := range miss {
-			if j >= len(found) || !found[j] {
+			c, ok := cached{}, j < len(found) && found[j]
+			if ok {
+				c, ok = decodeCached(vals[j])
+			}
+			if !ok {
 				still = append(still, i)
 				continue
 			}
-			r.m.cacheRequests.WithLabelValues("hit").Inc()
-			r.cache.set(cur.version, texts[i], cached{pSlow: p[j], tokens: tok[j]})
-			out[i] = Score{PSlow: p[j], Tokens: tok[j], Version: cur.version, Cutoff: cur.cutoff,
-				Hit: true, Shared: true, CacheTime: time.Since(start)}
+			r.cache.set(cur.key, texts[i], c)
+			hit(i, c, true)
 		}
 		miss = still
 	}
 	lookup := time.Since(start)
+	r.m.cacheRequests.WithLabelValues("miss").Add(float64(len(miss)))
+	if cur.staged != nil {
+		miss = r.scoreFirstStage(cur, texts, miss, out, errs, lookup)
+	}
 	classify := func(i int) {
-		r.m.cacheRequests.WithLabelValues("miss").Inc()
+		defer r.tokens.Delete(texts[i])
 		s, t, err := r.batch.SubmitTimed(ctx, texts[i])
 		if err == nil {
 			err = s.err
@@ -170,12 +208,10 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 			errs[i] = err
 			return
 		}
-		r.cache.set(s.version, texts[i], cached{pSlow: s.res.PSlow, tokens: s.res.Tokens})
-		if r.shared != nil {
-			r.shared.Set(s.version, texts[i], s.res.PSlow, s.res.Tokens)
-		}
+		r.m.classifications.WithLabelValues(classifier.StageEncoder.String()).Inc()
+		r.store(s.key, texts[i], cached{pSlow: s.res.PSlow, tokens: s.res.Tokens, stage: classifier.StageEncoder})
 		out[i] = Score{PSlow: s.res.PSlow, Tokens: s.res.Tokens, Version: s.version, Cutoff: s.cutoff,
-			CacheTime: lookup, Queue: t.Queue, Inference: t.Inference}
+			Stage: classifier.StageEncoder, CacheTime: lookup, Static: out[i].Static, Queue: t.Queue, Inference: t.Inference}
 	}
 	if len(miss) == 1 {
 		classify(miss[0])
@@ -187,4 +223,39 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 		wg.Go(func() { classify(i) })
 	}
 	wg.Wait()
+}
+
+// scoreFirstStage runs the first stage on the texts at indexes miss and returns those it
+// leaves to the encoder, their tokens handed over in r.tokens.
+func (r *Router) scoreFirstStage(cur *loaded, texts []string, miss []int, out []Score, errs []error, lookup time.Duration) []int {
+	left := miss[:0]
+	for _, i := range miss {
+		t0 := time.Now()
+		res, tok, decided, err := firstStage(cur, texts[i])
+		took := time.Since(t0)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case decided:
+			r.m.classifications.WithLabelValues(classifier.StageStatic.String()).Inc()
+			r.store(cur.key, texts[i], cached{pSlow: res.PSlow, tokens: res.Tokens, stage: classifier.StageStatic})
+			out[i] = Score{PSlow: res.PSlow, Tokens: res.Tokens, Version: cur.version, Cutoff: cur.cutoff,
+				Stage: classifier.StageStatic, CacheTime: lookup, Static: took}
+		default:
+			if tok.Len() > 0 {
+				r.tokens.Store(texts[i], tok)
+			}
+			out[i].Static = took
+			left = append(left, i)
+		}
+	}
+	return left
+}
+
+// store caches a fresh result in both tiers.
+func (r *Router) store(key, text string, c cached) {
+	r.cache.set(key, text, c)
+	if r.shared != nil {
+		r.shared.Set(key, text, c.encode())
+	}
 }

@@ -108,6 +108,7 @@ type classifyResult struct {
 	Load         float64 `json:"load"`
 	Cache        string  `json:"cache"`
 	CacheTier    string  `json:"cache_tier,omitempty"`
+	Stage        string  `json:"stage"`
 	Tokens       int     `json:"tokens"`
 	ModelVersion string  `json:"model_version"`
 }
@@ -170,6 +171,7 @@ func resultFor(r *router.Route) classifyResult {
 		Load:         round6(r.Decision.Load),
 		Cache:        r.CacheResult(),
 		CacheTier:    r.CacheTier(),
+		Stage:        r.Stage.String(),
 		Tokens:       r.Tokens,
 		ModelVersion: r.Version,
 	}

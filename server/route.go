@@ -20,6 +20,7 @@ const (
 	HeaderCache     = "x-router-cache"
 	HeaderReplica   = "x-router-replica"
 	HeaderLatency   = "x-router-latency"
+	HeaderStage     = "x-router-stage"
 	HeaderSession   = "x-session-id"
 )
 
@@ -42,20 +43,22 @@ func setRouteHeaders(c *fiber.Ctx, rq *request, r *router.Route) {
 	c.Set(HeaderPSlow, strconv.FormatFloat(float64(r.PSlow), 'f', 4, 32))
 	c.Set(HeaderThreshold, strconv.FormatFloat(r.Decision.Threshold, 'f', 4, 64))
 	c.Set(HeaderCache, r.CacheResult())
+	c.Set(HeaderStage, r.Stage.String())
 	c.Set(HeaderLatency, millis(r.Decided.Sub(rq.arrival)))
 	setServerTiming(c, r)
 }
 
 // setServerTiming writes the standard Server-Timing header: cache lookup ("hit", "miss", or
-// "hit-shared" for a hit in the fleet's shared tier), batcher queue, inference and decision,
-// in milliseconds.
+// "hit-shared" for a hit in the fleet's shared tier), the cascade's first stage, batcher
+// queue, encoder inference and decision, in milliseconds; the stage entry names the stage
+// whose P(slow) was used.
 func setServerTiming(c *fiber.Ctx, r *router.Route) {
 	desc := r.CacheResult()
 	if r.Shared {
 		desc = "hit-shared"
 	}
-	c.Set(fiber.HeaderServerTiming, fmt.Sprintf(`cache;desc="%s";dur=%s, queue;dur=%s, inference;dur=%s, decision;dur=%s`,
-		desc, millis(r.CacheTime), millis(r.Queue), millis(r.Inference), millis(r.DecideTime)))
+	c.Set(fiber.HeaderServerTiming, fmt.Sprintf(`cache;desc="%s";dur=%s, static;dur=%s, queue;dur=%s, inference;dur=%s, decision;dur=%s, stage;desc="%s"`,
+		desc, millis(r.CacheTime), millis(r.Static), millis(r.Queue), millis(r.Inference), millis(r.DecideTime), r.Stage))
 }
 
 // millis formats d in milliseconds with microsecond precision ("0.734").

@@ -109,12 +109,30 @@ type parityRow struct {
 	Category    string  `json:"category"`
 	Instruction string  `json:"instruction"`
 	Context     string  `json:"context"`
-	PSlow       float64 `json:"p_slow"`
+	PSlow       float64 `json:"p_slow"`   // the encoder's
+	PStatic     float64 `json:"p_static"` // the cascade's first stage
 }
 
-// TestRealModelEndToEnd sends Dolly parity texts through real HTTP to the real classifier:
-// every P(slow) the gateway reports matches the notebook's to 1e-4, and /v1/query-process
-// routes a story to the slow pool and a summarisation with its document to the fast one.
+// TestRealModelEndToEnd sends Dolly parity texts through real HTTP to the real classifier
+// with the cascade on (the default): a text whose first-stage P(slow) is outside the model's
+// band is decided by the first stage, every other by the encoder, and the P(slow) the
+// gateway reports matches the notebook's for that stage to 1e-4. /v1/query-process routes a
+// story to the slow pool and a summarisation with its document to the fast one.
+// manifestBand reads the shipped model's first-stage band.
+func manifestBand(t *testing.T) [2]float64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "models", "manifest.json"))
+	require.NoError(t, err)
+	var m struct {
+		Static struct {
+			Band [2]float64 `json:"band"`
+		} `json:"static"`
+	}
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Less(t, m.Static.Band[0], m.Static.Band[1])
+	return m.Static.Band
+}
+
 func TestRealModelEndToEnd(t *testing.T) {
 	cfg := config.DefaultConfig()
 	quickSims(&cfg)
@@ -142,6 +160,13 @@ func TestRealModelEndToEnd(t *testing.T) {
 		rows = append(rows, r)
 	}
 	require.GreaterOrEqual(t, len(rows), 100)
+	band := manifestBand(t)
+	stages := map[string]int{}
+	defer func() {
+		t.Logf("stages: %v", stages)
+		require.Positive(t, stages["static"], "the first stage decides some texts")
+		require.Positive(t, stages["encoder"], "and defers others")
+	}()
 
 	for lo := 0; lo < len(rows); lo += 50 {
 		hi := min(lo+50, len(rows))
@@ -155,14 +180,21 @@ func TestRealModelEndToEnd(t *testing.T) {
 		var out struct {
 			Results []struct {
 				PSlow float64 `json:"p_slow"`
+				Stage string  `json:"stage"`
 			} `json:"results"`
 		}
 		require.NoError(t, json.NewDecoder(bytes.NewReader(b)).Decode(&out))
 		require.Len(t, out.Results, hi-lo)
 		for i, got := range out.Results {
 			want := rows[lo+i]
-			require.LessOrEqualf(t, math.Abs(got.PSlow-want.PSlow), 1e-4+5e-7, // the API rounds to 6 decimals
-				"row %d (%s): gateway %.6f, notebook %.6f", lo+i, want.Category, got.PSlow, want.PSlow)
+			wantStage, wantP := "encoder", want.PSlow
+			if want.PStatic < band[0] || want.PStatic > band[1] {
+				wantStage, wantP = "static", want.PStatic
+			}
+			stages[got.Stage]++
+			require.Equal(t, wantStage, got.Stage, "row %d (%s): first-stage P %.4f, band %v", lo+i, want.Category, want.PStatic, band)
+			require.LessOrEqualf(t, math.Abs(got.PSlow-wantP), 1e-4+5e-7, // the API rounds to 6 decimals
+				"row %d (%s, %s): gateway %.6f, notebook %.6f", lo+i, want.Category, got.Stage, got.PSlow, wantP)
 		}
 	}
 
@@ -211,6 +243,7 @@ func TestManifestLabelThresholdIsTheOnlyBoundary(t *testing.T) {
 	quickSims(&cfg)
 	cfg.Classifier.ModelDir = dir // t.TempDir is absolute
 	cfg.Decision.Base, cfg.Decision.Alpha = 0.6, 0.35
+	cfg.Cascade.Enabled = false // the encoder's P(slow) for these texts is known (parity file)
 	url, rt := startGateway(t, cfg)
 
 	for _, tc := range []struct {

@@ -1,0 +1,99 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/triage-gw/triage/classifier"
+)
+
+// CascadeConfig turns the classifier's first stage on or off and may override its band.
+//
+// The first stage (a static table distilled from the encoder, with its own head) scores a
+// text in microseconds; when its P(slow) is outside the band it decides, and only the texts
+// inside the band go on to the batcher and the encoder. Models without a first stage (the
+// int8 variant) always use the encoder.
+type CascadeConfig struct {
+	// Enabled turns the cascade on. Default true. Off, every text goes to the encoder.
+	Enabled bool `yaml:"enabled"`
+	// BandLow and BandHigh override the model's band (its manifest's, chosen by the
+	// notebook's rule): the first stage decides when its P(slow) < BandLow or > BandHigh.
+	// Both 0 (the default) keep the model's. A narrower band sends fewer texts to the
+	// encoder and trusts the first stage more.
+	BandLow  float64 `yaml:"band_low"`
+	BandHigh float64 `yaml:"band_high"`
+}
+
+// DefaultCascadeConfig returns the cascade on with the model's own band.
+func DefaultCascadeConfig() CascadeConfig { return CascadeConfig{Enabled: true} }
+
+// ValidateAt reports an invalid band override, named from path ("cascade").
+func (c CascadeConfig) ValidateAt(path string) error {
+	if c.BandLow == 0 && c.BandHigh == 0 {
+		return nil
+	}
+	if !(c.BandLow > 0 && c.BandLow < c.BandHigh && c.BandHigh < 1) {
+		return fmt.Errorf("%s.band_low, %[1]s.band_high: want 0 < band_low < band_high < 1 (or both 0 for the model's band), got %v and %v",
+			path, c.BandLow, c.BandHigh)
+	}
+	return nil
+}
+
+// Staged is a Model with a first stage; *classifier.Classifier implements it. Tokenize's
+// Tokens feed both StaticScore and ClassifyTokens, so a text deferred to the encoder is
+// not tokenized twice.
+type Staged interface {
+	Tokenize(text string) (classifier.Tokens, error)
+	StaticScore(t classifier.Tokens) (classifier.Result, error)
+	Band() (classifier.Band, bool)
+	ClassifyTokens(ctx context.Context, toks []classifier.Tokens) ([]classifier.Result, error)
+}
+
+var _ Staged = (*classifier.Classifier)(nil)
+
+// stageOf returns m's first stage and the band to use under cfg, or nil when the cascade is
+// off or m has none.
+func stageOf(m Model, cfg CascadeConfig) (Staged, classifier.Band) {
+	s, ok := m.(Staged)
+	if !ok || !cfg.Enabled {
+		return nil, classifier.Band{}
+	}
+	band, ok := s.Band()
+	if !ok {
+		return nil, classifier.Band{}
+	}
+	if cfg.BandLow != 0 || cfg.BandHigh != 0 {
+		band = classifier.Band{Lo: cfg.BandLow, Hi: cfg.BandHigh}
+	}
+	return s, band
+}
+
+// cacheVersion keys the caches: the model's version plus how its outputs were produced
+// (encoder only, or the cascade with its band), so turning the cascade off or moving the
+// band never serves results made the other way.
+func cacheVersion(version string, s Staged, band classifier.Band) string {
+	if s == nil {
+		return version + "|encoder"
+	}
+	return fmt.Sprintf("%s|cascade:%g-%g", version, band.Lo, band.Hi)
+}
+
+// firstStage tokenizes text and scores it with the first stage. decided reports that the
+// band lets the score stand; otherwise tok is kept for the encoder. A text the tokenizer
+// refuses is an *UnclassifiableError; any other failure sends the text on to the encoder
+// (decided false, tok zero), which reports its own errors.
+func firstStage(l *loaded, text string) (res classifier.Result, tok classifier.Tokens, decided bool, err error) {
+	tok, err = l.staged.Tokenize(text)
+	if err != nil {
+		if errors.Is(err, classifier.ErrEmptyText) || errors.Is(err, classifier.ErrInvalidUTF8) {
+			return res, tok, false, &UnclassifiableError{Err: err}
+		}
+		return res, classifier.Tokens{}, false, nil
+	}
+	res, err = l.staged.StaticScore(tok)
+	if err != nil {
+		return res, tok, false, nil
+	}
+	return res, tok, l.band.Decides(res.PSlow), nil
+}
