@@ -63,9 +63,9 @@ func (l *loaded) release() {
 type holder struct {
 	log     *slog.Logger
 	cascade CascadeConfig
-	mu     sync.Mutex
-	cur    *loaded // nil before the first swap and after close
-	closed bool
+	mu      sync.Mutex
+	cur     *loaded // nil before the first swap and after close
+	closed  bool
 	// current mirrors cur for the lock-free reads every request makes (version and cutoff),
 	// keeping the mutex off the cache-hit path. Written only under mu.
 	current atomic.Pointer[loaded]
