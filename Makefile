@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway train clean help
+.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway bench-cascade train clean help
 
 all: build
 
@@ -83,6 +83,15 @@ bench-classifier: setup
 bench-gateway: build
 	bin/triage-bench gateway --out bench/results $(ARGS)
 	bin/triage-bench policies --out bench/results --plot $(ARGS)
+
+# The classifier cascade on vs off, on Dolly texts and on ~256-word-piece prompts (190
+# words): seq-miss (1 client) and conc-miss (32 clients), each with the gateway's CPU per
+# 1,000 requests. Results in bench/results/cascade/<on|off>-<words>/.
+bench-cascade: build
+	for mode in on off; do for words in 0 190; do \
+	  bin/triage-bench gateway --scenarios seq-miss,conc-miss --config bench/configs/cascade-$$mode.yaml \
+	    --text-words $$words --out bench/results/cascade/$$mode-$$words $(ARGS) || exit 1; \
+	done; done
 
 train: setup
 	cd train && $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=3600 classifier.ipynb

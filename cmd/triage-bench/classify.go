@@ -57,11 +57,31 @@ func tallyClassify(ss []load.Sample) classifyTally {
 	return t
 }
 
-// batcherDelta is the batcher's work between two scrapes.
+// batcherDelta is the gateway's work between two scrapes: the batcher's, the CPU the whole
+// process used, and the texts the cascade's first stage and the encoder decided.
 type batcherDelta struct {
 	Batches      float64 `json:"batches"`
 	Texts        float64 `json:"texts"`
 	InferenceSec float64 `json:"inference_s"`
+	CPUSec       float64 `json:"cpu_s"`
+	Static       float64 `json:"static_decided"`
+	Encoder      float64 `json:"encoder_decided"`
+}
+
+// cpuPer1000 is the gateway's CPU seconds per 1,000 requests.
+func (d batcherDelta) cpuPer1000(requests int) float64 {
+	if requests <= 0 {
+		return math.NaN()
+	}
+	return 1000 * d.CPUSec / float64(requests)
+}
+
+// staticShare is the share of fresh classifications the first stage decided.
+func (d batcherDelta) staticShare() float64 {
+	if d.Static+d.Encoder <= 0 {
+		return math.NaN()
+	}
+	return d.Static / (d.Static + d.Encoder)
 }
 
 func deltaBatcher(a, b promtext.Samples) batcherDelta {
@@ -70,6 +90,9 @@ func deltaBatcher(a, b promtext.Samples) batcherDelta {
 		Batches:      d("triage_batcher_inference_seconds_count"),
 		Texts:        d("triage_batcher_batch_size_sum"),
 		InferenceSec: d("triage_batcher_inference_seconds_sum"),
+		CPUSec:       d("process_cpu_seconds_total"),
+		Static:       d(`triage_classifications_total{stage="static"}`),
+		Encoder:      d(`triage_classifications_total{stage="encoder"}`),
 	}
 }
 

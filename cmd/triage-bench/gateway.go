@@ -32,6 +32,7 @@ type gatewayConfig struct {
 	MissClients    int           `json:"miss_clients"`
 	HitClients     int           `json:"hit_clients"`
 	HitTexts       int           `json:"hit_texts"`
+	TextWords      int           `json:"text_words,omitempty"`
 	OverloadFactor float64       `json:"overload_factor"`
 	OverloadRate   float64       `json:"overload_rate,omitempty"`
 	OverloadFlight int           `json:"overload_max_in_flight"`
@@ -129,6 +130,7 @@ func (c *gatewayConfig) bindFlags(fs *flag.FlagSet, scenarios, proxyClients *str
 	fs.IntVar(&c.MissClients, "miss-clients", 32, "concurrent clients of conc-miss")
 	fs.IntVar(&c.HitClients, "hit-clients", 64, "concurrent clients of conc-hit (gateway and baseline)")
 	fs.IntVar(&c.HitTexts, "hit-texts", 64, "texts warmed into the cache for conc-hit")
+	fs.IntVar(&c.TextWords, "text-words", 0, "make every cache-miss text exactly this many words (Dolly texts joined; about 190 words is 256 word pieces); 0 keeps Dolly's own lengths")
 	fs.Float64Var(&c.OverloadFactor, "overload-factor", 10, "overload arrival rate as a multiple of conc-miss's measured texts/s")
 	fs.Float64Var(&c.OverloadRate, "overload-rate", 0, "overload arrival rate in requests/s (0: --overload-factor × conc-miss capacity, measured in a 3 s probe if conc-miss did not run)")
 	fs.IntVar(&c.OverloadFlight, "overload-max-in-flight", 2000, "client-side bound on outstanding overload requests; arrivals beyond it are dropped and counted")
@@ -240,6 +242,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	misses, err := newTextSource(rows, c.Seed, true)
+	if err == nil && c.TextWords > 0 {
+		misses.lengthen(c.TextWords)
+	}
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,24 @@ func (t *textSource) item(n int64) classifyItem {
 	return it
 }
 
+// lengthen makes every item exactly words words long (whitespace-separated), by appending
+// the texts of the items after it, for benchmarks of long prompts: a Dolly text is ~40
+// words, a 256-word-piece prompt ~190. Items keep their own start, so they stay distinct,
+// and lose their context (it is joined into the text).
+func (t *textSource) lengthen(words int) {
+	all := make([][]string, len(t.items))
+	for i, it := range t.items {
+		all[i] = strings.Fields(it.Text + " " + it.Context)
+	}
+	for i := range t.items {
+		var w []string
+		for j := i; len(w) < words; j = (j + 1) % len(all) {
+			w = append(w, all[j]...)
+		}
+		t.items[i] = classifyItem{Text: strings.Join(w[:words], " ")}
+	}
+}
+
 // take returns the next text's item.
 func (t *textSource) take() classifyItem { return t.item(t.next.Add(1) - 1) }
 
