@@ -19,8 +19,8 @@
 // rest wait for the batch after). Rule (c) can only fire with Workers > 1, when one batch is
 // running and another worker is free: it bounds how long a second batch waits to fill. With
 // Workers = 1 a free worker means nothing is running, so MaxWait never delays anything and
-// batches are simply what arrived during the previous one. (The seed held every batch open for
-// the full window; this keeps its batching under load without its idle-time latency.)
+// batches are simply what arrived during the previous one. (The original Python prototype held every batch
+// open for the full window; this keeps its batching under load without its idle-time latency.)
 //
 // Identical texts share one slot: a Submit whose text is already queued or running waits for
 // that same result (counted in triage_batcher_dedup_total) and takes no queue space. The sharing

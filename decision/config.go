@@ -35,7 +35,7 @@ type Config struct {
 	LowQueue int `yaml:"low_queue"`
 }
 
-// DefaultConfig returns the seed's values: quadratic policy, base 0.5, alpha 0.45, 50 slow
+// DefaultConfig returns the original design's values: quadratic policy, base 0.5, alpha 0.45, 50 slow
 // slots; grey zone [0.45, 0.55] with queue bounds 3 and 10.
 func DefaultConfig() Config {
 	return Config{

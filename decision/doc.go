@@ -61,6 +61,6 @@
 // with [NewSemaphore](cfg.MaxSlowConcurrency). A request that decides slow calls TryAcquire; on
 // success it holds the slot until its upstream response has fully ended (streaming included) and
 // then calls Release exactly once. On failure it goes fast with reason slow_saturated — the slow
-// path never queues (the seed's asyncio.Semaphore waited; we shed instead). Nothing here owns a
+// path never queues (the original Python prototype's asyncio.Semaphore waited; we shed instead). Nothing here owns a
 // goroutine or needs closing. Metrics are the request pipeline's job.
 package decision
