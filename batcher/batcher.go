@@ -44,19 +44,16 @@ type Timing struct {
 	BatchSize int
 }
 
-// Option configures New.
-type Option func(*options)
-
-type options struct {
-	clock  Clock
-	logger *slog.Logger
+// Options are a batcher's collaborators. The zero value is usable.
+type Options struct {
+	// Clock times queue waits and batches and runs the MaxWait timer. Nil means the wall
+	// clock.
+	Clock Clock
+	// Logger receives recovered panics. Nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the triage_batcher_* metrics. Nil registers them nowhere.
+	Registerer prometheus.Registerer
 }
-
-// WithClock sets the clock used for timing and the MaxWait timer. Nil default: the wall clock.
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
-
-// WithLogger sets the logger for recovered panics. Nil default: slog.Default().
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // Batcher groups concurrent Submits into batches for Func. See the package documentation for
 // the dispatch rule, ownership and lifecycle.
@@ -77,34 +74,29 @@ type Batcher[R any] struct {
 	hook func()
 }
 
-// New validates cfg and returns a batcher that calls fn. It registers its metrics with reg
-// unless reg is nil. Nothing runs until Run.
-func New[R any](cfg Config, fn Func[R], reg prometheus.Registerer, opts ...Option) (*Batcher[R], error) {
+// New validates cfg and returns a batcher that calls fn. Nothing runs until Run.
+func New[R any](cfg Config, fn Func[R], opts Options) (*Batcher[R], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if fn == nil {
 		return nil, errors.New("batcher: nil Func")
 	}
-	o := options{}
-	for _, opt := range opts {
-		opt(&o)
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
 	}
-	if o.clock == nil {
-		o.clock = realClock{}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	if o.logger == nil {
-		o.logger = slog.Default()
-	}
-	m, err := newMetrics(reg)
+	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	return &Batcher[R]{
 		cfg:    cfg,
 		fn:     fn,
-		clock:  o.clock,
-		log:    o.logger,
+		clock:  opts.Clock,
+		log:    opts.Logger,
 		m:      m,
 		in:     make(chan op[R], 2*cfg.MaxBatch),
 		closed: make(chan struct{}),

@@ -41,7 +41,7 @@ func benchSubmit(b *testing.B, goroutines, workers int, cost time.Duration, text
 	}
 	cfg := DefaultConfig()
 	cfg.Workers = workers
-	bt, err := New(cfg, fn, nil)
+	bt, err := New(cfg, fn, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -251,7 +251,7 @@ func TestFuncErrorGoesToEveryWaiter(t *testing.T) {
 
 func TestFuncPanicGoesToEveryWaiterAndWorkerSurvives(t *testing.T) {
 	logs := &syncWriter{}
-	h := newHarness(t, testConfig(), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	h := newHarness(t, testConfig(), Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	h.submit(context.Background(), "first")
 	c1 := h.nextCall()
 	outs := h.submitAll("secret-a", "secret-b", "secret-b")
@@ -307,7 +307,7 @@ func TestRunEndClosesWaiters(t *testing.T) {
 func TestSubmitBeforeRunWaitsForRun(t *testing.T) {
 	b, err := New(testConfig(), func(_ context.Context, texts []string) ([]int, error) {
 		return make([]int, len(texts)), nil
-	}, nil)
+	}, Options{})
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -390,7 +390,7 @@ func TestFullBatchDispatchesAtOnceWithFreeWorker(t *testing.T) {
 func TestTakeDropsGoneWaiters(t *testing.T) {
 	b, err := New(testConfig(), func(_ context.Context, texts []string) ([]int, error) {
 		return make([]int, len(texts)), nil
-	}, nil)
+	}, Options{})
 	require.NoError(t, err)
 	d := &dispatcher[int]{b: b, inflight: map[string]*entry[int]{}}
 

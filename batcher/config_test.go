@@ -40,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 			for _, w := range tt.want {
 				require.Contains(t, err.Error(), w)
 			}
-			_, nerr := New(cfg, func(ctx context.Context, texts []string) ([]int, error) { return nil, nil }, nil)
+			_, nerr := New(cfg, func(ctx context.Context, texts []string) ([]int, error) { return nil, nil }, Options{})
 			require.Error(t, nerr, "New must refuse an invalid config")
 		})
 	}

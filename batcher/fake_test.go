@@ -136,7 +136,9 @@ type harness struct {
 	wg      sync.WaitGroup // Submit goroutines
 }
 
-func newHarness(t *testing.T, cfg Config, opts ...Option) *harness {
+// newHarness runs a batcher over cfg with the fake clock; opts' Logger, when set, replaces
+// the discarding one.
+func newHarness(t *testing.T, cfg Config, opts ...Options) *harness {
 	t.Helper()
 	h := &harness{
 		t:       t,
@@ -160,8 +162,13 @@ func newHarness(t *testing.T, cfg Config, opts ...Option) *harness {
 			return nil, ctx.Err()
 		}
 	}
-	opts = append([]Option{WithClock(h.clock), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
-	b, err := New(cfg, fn, h.reg, opts...)
+	o := Options{Clock: h.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: h.reg}
+	for _, extra := range opts {
+		if extra.Logger != nil {
+			o.Logger = extra.Logger
+		}
+	}
+	b, err := New(cfg, fn, o)
 	require.NoError(t, err)
 	b.hook = func() {
 		select {

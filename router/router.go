@@ -129,7 +129,7 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 	if r.policy, err = decision.NewPolicy(cfg.Decision); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	if r.batch, err = batcher.New(cfg.Batcher, r.runBatch, reg, batcher.WithLogger(r.log)); err != nil {
+	if r.batch, err = batcher.New(cfg.Batcher, r.runBatch, batcher.Options{Logger: r.log, Registerer: reg}); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	if r.cache, err = newResultCache(cfg.Cache, now); err != nil {

@@ -345,7 +345,7 @@ func simUpstream(t *testing.T, name, model string) string {
 	c := sim.FastPreset()
 	c.Name, c.Model = name, model
 	c.TTFTBase, c.PrefillPerToken, c.DecodePerToken, c.Jitter = 0, 0, 0, 0
-	s, err := sim.New(c)
+	s, err := sim.New(c, sim.Options{})
 	require.NoError(t, err)
 	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)

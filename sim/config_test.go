@@ -57,7 +57,7 @@ func TestValidate(t *testing.T) {
 			c := DefaultConfig()
 			tc.mutate(&c)
 			require.ErrorContains(t, c.Validate(), tc.want)
-			_, err := New(c)
+			_, err := New(c, Options{})
 			require.ErrorContains(t, err, tc.want)
 		})
 	}

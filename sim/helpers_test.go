@@ -124,9 +124,13 @@ func zeroLatency() Config {
 }
 
 // start runs a Server behind a real HTTP server on 127.0.0.1.
-func start(t testing.TB, cfg Config, opts ...Option) (*Server, string) {
+func start(t testing.TB, cfg Config, opts ...Options) (*Server, string) {
 	t.Helper()
-	s, err := New(cfg, opts...)
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s, err := New(cfg, o)
 	require.NoError(t, err)
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)

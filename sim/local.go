@@ -36,7 +36,7 @@ func ListenLocal(cfg Config, n int, log *slog.Logger) (_ *Local, err error) {
 		rc := cfg
 		rc.Name = fmt.Sprintf("%s-%d", cfg.Name, i)
 		rc.Seed = cfg.Seed + uint64(i)
-		srv, err := New(rc, WithLogger(log.With("component", "sim", "replica", rc.Name)))
+		srv, err := New(rc, Options{Logger: log.With("component", "sim", "replica", rc.Name)})
 		if err != nil {
 			return nil, err
 		}

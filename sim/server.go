@@ -57,22 +57,21 @@ type Server struct {
 
 var _ http.Handler = (*Server)(nil)
 
-// Option configures a Server beyond its Config.
-type Option func(*Server)
-
-// WithClock sets the time source of every simulated delay. Default: the
-// wall clock.
-func WithClock(c Clock) Option { return func(s *Server) { s.clock = c } }
-
-// WithLogger sets the logger. Default: discard. Prompts are never logged.
-func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
-
-// WithDrainTimeout sets how long Serve waits for in-flight requests after
-// its context ends before cutting them. Default: 5 s.
-func WithDrainTimeout(d time.Duration) Option { return func(s *Server) { s.drainTimeout = d } }
+// Options are a Server's collaborators beyond its Config. The zero value is
+// usable.
+type Options struct {
+	// Clock times every simulated delay. Nil means the wall clock.
+	Clock Clock
+	// Logger receives the server's logs (prompts are never logged). Nil means
+	// discard.
+	Logger *slog.Logger
+	// DrainTimeout is how long Serve waits for in-flight requests after its
+	// context ends before cutting them. 0 means 5 s.
+	DrainTimeout time.Duration
+}
 
 // New validates cfg and builds a Server with its own Prometheus registry.
-func New(cfg Config, opts ...Option) (*Server, error) {
+func New(cfg Config, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -85,8 +84,14 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		cache:        newPrefixCache(cfg.KVCacheBlocks),
 		rng:          rand.New(rand.NewPCG(cfg.Seed, 0x6d6f636b6c6c6d)),
 	}
-	for _, o := range opts {
-		o(s)
+	if opts.Clock != nil {
+		s.clock = opts.Clock
+	}
+	if opts.Logger != nil {
+		s.log = opts.Logger
+	}
+	if opts.DrainTimeout > 0 {
+		s.drainTimeout = opts.DrainTimeout
 	}
 	s.created = s.clock.Now().Unix()
 	h := fnv.New32a()

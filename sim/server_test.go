@@ -32,7 +32,7 @@ func TestChatCompletion(t *testing.T) {
 		{"capped", `,"max_tokens":100000`, 4096, "length"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, base := start(t, zeroLatency(), WithClock(newInstantClock()))
+			_, base := start(t, zeroLatency(), Options{Clock: newInstantClock()})
 			body := `{"model":"my-model","messages":[{"role":"system","content":"You are terse."},` +
 				`{"role":"user","content":[{"type":"text","text":"Name a "},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"colour."}]}]` +
 				tc.extra + `}`
@@ -59,7 +59,7 @@ func TestChatCompletion(t *testing.T) {
 }
 
 func TestCompletion(t *testing.T) {
-	_, base := start(t, zeroLatency(), WithClock(newInstantClock()))
+	_, base := start(t, zeroLatency(), Options{Clock: newInstantClock()})
 	for _, prompt := range []string{`"Once upon a time"`, `["Once upon a time"]`} {
 		resp, b := post(t, base+"/v1/completions", `{"prompt":`+prompt+`,"max_tokens":4}`)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
@@ -163,7 +163,7 @@ func TestStreamingSendsEachTokenOnItsOwn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newGateClock()
-			_, base := start(t, zeroLatency(), WithClock(clock))
+			_, base := start(t, zeroLatency(), Options{Clock: clock})
 			t.Cleanup(clock.unblock)
 
 			resps := make(chan *http.Response, 1)
@@ -244,7 +244,7 @@ func TestStreamingSendsEachTokenOnItsOwn(t *testing.T) {
 }
 
 func TestStreamingWithoutUsage(t *testing.T) {
-	_, base := start(t, zeroLatency(), WithClock(newInstantClock()))
+	_, base := start(t, zeroLatency(), Options{Clock: newInstantClock()})
 	resp, b := post(t, base+"/v1/chat/completions", `{"stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	events := strings.Split(strings.TrimSuffix(string(b), "\n\n"), "\n\n")
@@ -258,7 +258,7 @@ func TestPrefixCacheMakesPrefillCheaper(t *testing.T) {
 	cfg.TTFTBase = time.Millisecond
 	cfg.PrefillPerToken = time.Millisecond
 	clock := newInstantClock()
-	s, base := start(t, cfg, WithClock(clock))
+	s, base := start(t, cfg, Options{Clock: clock})
 
 	system := strings.Repeat("You are a careful assistant who answers briefly. ", 20) // 1,000 bytes
 	ask := func(question string) (prompt string, cached int, u usage) {
@@ -303,7 +303,7 @@ func TestQueueingWhenSlotsAreFull(t *testing.T) {
 	cfg := zeroLatency()
 	cfg.MaxRunning, cfg.MaxWaiting = 1, 1
 	clock := newGateClock()
-	s, base := start(t, cfg, WithClock(clock))
+	s, base := start(t, cfg, Options{Clock: clock})
 	t.Cleanup(clock.unblock)
 	body := `{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
 
@@ -345,7 +345,7 @@ func TestQueueingWhenSlotsAreFull(t *testing.T) {
 
 func TestClientDisconnectFreesSlot(t *testing.T) {
 	clock := newGateClock()
-	s, base := start(t, zeroLatency(), WithClock(clock))
+	s, base := start(t, zeroLatency(), Options{Clock: clock})
 	t.Cleanup(clock.unblock)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -371,7 +371,7 @@ func TestFaultInjection(t *testing.T) {
 	t.Run("error_rate", func(t *testing.T) {
 		cfg := zeroLatency()
 		cfg.ErrorRate = 1
-		_, base := start(t, cfg, WithClock(newInstantClock()))
+		_, base := start(t, cfg, Options{Clock: newInstantClock()})
 		resp, b := post(t, base+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
 		assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
 		assert.Equal(t, "server_error", jsonBody(t, b)["error"].(map[string]any)["type"])
@@ -381,7 +381,7 @@ func TestFaultInjection(t *testing.T) {
 		cfg := zeroLatency()
 		cfg.StallFirstByte = 3 * time.Second
 		clock := newInstantClock()
-		_, base := start(t, cfg, WithClock(clock))
+		_, base := start(t, cfg, Options{Clock: clock})
 		resp, _ := post(t, base+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
 		assert.Equal(t, 3*time.Second, clock.recorded()[0])
@@ -391,7 +391,7 @@ func TestFaultInjection(t *testing.T) {
 		cfg := zeroLatency()
 		cfg.CloseMidStreamRate = 1
 		cfg.CloseAfterChunks = 2
-		s, base := start(t, cfg, WithClock(newInstantClock()))
+		s, base := start(t, cfg, Options{Clock: newInstantClock()})
 		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
 		require.NoError(t, err)
@@ -434,7 +434,7 @@ func TestJitterIsSeededAndBounded(t *testing.T) {
 	cfg.Jitter = 0.5
 	run := func() []time.Duration {
 		clock := newInstantClock()
-		_, base := start(t, cfg, WithClock(clock))
+		_, base := start(t, cfg, Options{Clock: clock})
 		for range 5 {
 			post(t, base+"/v1/completions", `{"prompt":"","max_tokens":1}`)
 		}

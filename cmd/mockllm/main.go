@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(net.Ad
 		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	srv, err := sim.New(o.cfg, sim.WithLogger(logger), sim.WithDrainTimeout(o.drain))
+	srv, err := sim.New(o.cfg, sim.Options{Logger: logger, DrainTimeout: o.drain})
 	if err != nil {
 		return err
 	}

@@ -356,7 +356,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		sc := c.Sim
 		sc.Name = fmt.Sprintf("replica-%d", i)
 		sc.Seed = c.Trace.Seed*1000 + uint64(i)
-		srv, err := sim.New(sc, sim.WithDrainTimeout(time.Second))
+		srv, err := sim.New(sc, sim.Options{DrainTimeout: time.Second})
 		if err != nil {
 			return res, err
 		}

@@ -70,7 +70,7 @@ func scenarioProxyCost(ctx context.Context, env *gwEnv) (report.Scenario, error)
 	defer cancel()
 
 	// The replica, in this process.
-	srv, err := sim.New(zeroLatencySim())
+	srv, err := sim.New(zeroLatencySim(), sim.Options{})
 	if err != nil {
 		return res, err
 	}
