@@ -39,10 +39,13 @@ const maxClassifyBudget = time.Minute
 // name it asks for. In the gateway's YAML it is the top-level section routing.
 type RoutingConfig struct {
 	// ClassifyBudget is the longest a routed request (chat, completions, query-process)
-	// waits for the encoder (batcher queue and inference). When it runs out the request is
-	// routed by Fallback; its classification is not cancelled and fills the result cache,
-	// so the next identical text is decided by the model. 0 waits as long as the request
-	// may (server.request_timeout). /v1/classify never has a budget. Default 50ms.
+	// waits for the encoder (batcher queue and inference). A text that would queue behind
+	// more than a budget's worth of texts is not queued (classifier_busy, at once); one
+	// reaching an empty queue always is, however slow. When the budget runs out the
+	// request is routed by Fallback (classifier_timeout) and its classification, not
+	// cancelled, fills the result cache, so the next identical text is decided by the model.
+	// 0 waits as long as the request may (server.request_timeout) and leaves admission to
+	// batcher.max_queue_delay. /v1/classify never has a budget. Default 50ms.
 	ClassifyBudget time.Duration `yaml:"classify_budget"`
 	// Fallback routes a request whose classification ran out of budget, found the batcher
 	// queue full or the classifier unavailable: "fast", "slow" or "reject". Default "fast".

@@ -270,11 +270,15 @@ func (r *Router) store(key, text string, c cached) {
 
 // submit hands text to the batcher and waits for its result. Without a budget the wait is
 // the caller's: it ends with ctx, and a text left without waiters before its batch starts is
-// dropped by the batcher. With one, the submission is detached from ctx and carried by the
-// router's lifetime instead, so a text the caller stopped waiting for (budget spent or ctx
-// done) is still classified, and runBatch caches it. The caller stops waiting with
-// ErrBudgetExceeded (Timing.Queue the budget) once budget has passed. The first stage's
-// tokens are handed over until the submission ends, whoever waits for it.
+// dropped by the batcher. With one, a text that would queue behind more than the budget's
+// worth of texts is not queued at all (ErrQueueFull at once: waiting for what cannot come in
+// time would only delay the fallback and spend the encoder on a text nobody waits for; a
+// text reaching an empty queue is always taken, however slow); one that is queued is
+// detached from ctx and carried by the router's lifetime instead, so if the caller stops
+// waiting (budget spent or ctx done) it is still classified, and runBatch caches it. The
+// caller stops waiting with ErrBudgetExceeded (Timing.Queue the budget) once budget has
+// passed. The first stage's tokens are handed over until the submission ends, whoever waits
+// for it.
 func (r *Router) submit(ctx context.Context, text string, budget time.Duration) (scored, batcher.Timing, error) {
 	if budget <= 0 {
 		defer r.tokens.Delete(text)
@@ -297,7 +301,7 @@ func (r *Router) submit(ctx context.Context, text string, budget time.Duration) 
 	go func() {
 		defer r.detached.Done()
 		defer r.tokens.Delete(text)
-		s, t, err := r.batch.SubmitTimed(r.life, text)
+		s, t, err := r.batch.SubmitWithin(r.life, text, budget)
 		done <- reply{s, t, err}
 	}()
 	timer := time.NewTimer(budget)
