@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway bench-cascade train clean help
+.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway bench-cascade bench-fail-open bench-aiperf train clean help
 
 all: build
 
@@ -92,6 +92,21 @@ bench-cascade: build
 	  bin/triage-bench gateway --scenarios seq-miss,conc-miss --config bench/configs/cascade-$$mode.yaml \
 	    --text-words $$words --out bench/results/cascade/$$mode-$$words $(ARGS) || exit 1; \
 	done; done
+
+# The classifier's fail-open routing: 32, 8 and 1 clients, streaming chat with a new
+# ~256-token prompt each, before fail-open (no budget, 429 on a full queue) and with each
+# budget, cascade on and off. About 13 minutes. Results in bench/results/fail-open/<clients>/.
+bench-fail-open: build
+	bin/triage-bench gateway --scenarios fail-open --fail-open-clients 32 --fail-open-budgets 25ms,50ms,100ms,250ms \
+	  --out bench/results/fail-open/32 $(ARGS)
+	for n in 8 1; do \
+	  bin/triage-bench gateway --scenarios fail-open --fail-open-clients $$n --fail-open-budgets 50ms,150ms \
+	    --out bench/results/fail-open/$$n $(ARGS) || exit 1; \
+	done
+
+# The gateway's own cost as NVIDIA's aiperf measures it (README "Measure it yourself").
+bench-aiperf: build
+	bench/aiperf/measure.sh
 
 train: setup
 	cd train && $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=3600 classifier.ipynb

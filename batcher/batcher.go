@@ -114,6 +114,7 @@ type op[R any] struct {
 // caller when it stops waiting.
 type waiter[R any] struct {
 	text    string
+	within  time.Duration // the caller's own bound on the expected wait; 0: Config.MaxQueueDelay only
 	arrived time.Time
 	reply   chan result[R] // buffered 1; the dispatcher sends at most once
 	entry   *entry[R]
@@ -136,6 +137,17 @@ func (b *Batcher[R]) Submit(ctx context.Context, text string) (R, error) {
 
 // SubmitTimed is Submit that also reports where the time went.
 func (b *Batcher[R]) SubmitTimed(ctx context.Context, text string) (R, Timing, error) {
+	return b.SubmitWithin(ctx, text, 0)
+}
+
+// SubmitWithin is SubmitTimed for a caller that will not wait longer than within: a new text
+// is refused at once with ErrQueueFull when the texts already queued ahead of it would take
+// longer than within to clear (at the recent inference time per text), as MaxQueueDelay
+// refuses for everyone. Only the queue ahead counts, not the text's own inference: a text
+// reaching an empty queue is always taken, so even a text slower than within is classified
+// (and the estimate keeps learning). A text joining an identical one in flight is never
+// refused. within <= 0 applies MaxQueueDelay alone.
+func (b *Batcher[R]) SubmitWithin(ctx context.Context, text string, within time.Duration) (R, Timing, error) {
 	var zero R
 	if err := ctx.Err(); err != nil {
 		return zero, Timing{}, err
@@ -145,7 +157,7 @@ func (b *Batcher[R]) SubmitTimed(ctx context.Context, text string) (R, Timing, e
 		return zero, Timing{}, ErrClosed
 	default:
 	}
-	w := &waiter[R]{text: text, arrived: b.clock.Now(), reply: make(chan result[R], 1)}
+	w := &waiter[R]{text: text, within: within, arrived: b.clock.Now(), reply: make(chan result[R], 1)}
 	select {
 	case b.in <- op[R]{w: w}:
 	case <-ctx.Done():
@@ -315,7 +327,7 @@ func (d *dispatcher[R]) handle(o op[R]) {
 		d.b.m.dedup.Inc()
 		return
 	}
-	if d.live >= d.b.cfg.QueueSize || d.tooSlow() {
+	if d.live >= d.b.cfg.QueueSize || d.tooSlow(w.within) {
 		d.b.m.rejected.Inc()
 		w.reply <- result[R]{err: ErrQueueFull}
 		return
@@ -327,16 +339,19 @@ func (d *dispatcher[R]) handle(o op[R]) {
 	d.live++
 }
 
-// tooSlow reports whether a new text would wait longer than MaxQueueDelay: the texts ahead of
-// it, at the recent inference cost per text, shared by the workers. A bounded count alone does
-// not bound latency, since the classifier's speed depends on text lengths and the machine.
-func (d *dispatcher[R]) tooSlow() bool {
-	max := d.b.cfg.MaxQueueDelay
-	if max <= 0 || d.perText == 0 {
+// tooSlow reports whether a new text would wait longer than MaxQueueDelay (the texts ahead
+// of it and itself), or than the caller's within (the texts ahead of it only), at the recent
+// inference cost per text shared by the workers. A bounded count alone does not bound
+// latency, since the classifier's speed depends on text lengths and the machine.
+func (d *dispatcher[R]) tooSlow(within time.Duration) bool {
+	if d.perText == 0 {
 		return false
 	}
-	wait := d.perText * float64(d.live+1) / float64(d.b.cfg.Workers)
-	return wait > max.Seconds()
+	workers := float64(d.b.cfg.Workers)
+	if max := d.b.cfg.MaxQueueDelay; max > 0 && d.perText*float64(d.live+1)/workers > max.Seconds() {
+		return true
+	}
+	return within > 0 && d.live > 0 && d.perText*float64(d.live)/workers > within.Seconds()
 }
 
 // cancel forgets a waiter whose caller has gone. A queued text left without waiters is dropped;

@@ -463,3 +463,54 @@ func TestMaxQueueDelay(t *testing.T) {
 		require.NoError(t, recv(t, o).err)
 	}
 }
+
+// TestSubmitWithin: a caller's own bound refuses a text that MaxQueueDelay would admit, and
+// leaves the other callers to MaxQueueDelay.
+func TestSubmitWithin(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxBatch, cfg.QueueSize, cfg.MaxQueueDelay = 4, 1000, time.Second
+	h := newHarness(t, cfg)
+
+	first := h.submit(context.Background(), "warm")
+	c := h.nextCall()
+	h.clock.Advance(100 * time.Millisecond) // one text took 100ms
+	c.ok()
+	require.NoError(t, recv(t, first).err)
+
+	h.submit(context.Background(), "running")
+	running := h.nextCall()
+	// An empty queue takes any text: its own inference does not count against the bound,
+	// so even a text slower than the caller's budget is classified.
+	var queued []<-chan outcome
+	slowText := make(chan error, 1)
+	go func() {
+		_, _, err := h.b.SubmitWithin(context.Background(), "q1", 50*time.Millisecond)
+		slowText <- err
+	}()
+	h.waitQueueLen(1)
+	queued = append(queued, h.submitAll("q2")...)
+	h.waitQueueLen(2)
+	// q3 would wait behind about 200ms of texts: too long for a 150ms bound, fine for
+	// MaxQueueDelay.
+	_, _, err := h.b.SubmitWithin(context.Background(), "q3", 150*time.Millisecond)
+	require.ErrorIs(t, err, ErrQueueFull)
+	require.Equal(t, 1.0, h.metric("triage_batcher_rejected_total"))
+	queued = append(queued, h.submitAll("q3")...)
+	h.waitQueueLen(3)
+
+	// Joining an identical text in flight is never refused.
+	joined := make(chan error, 1)
+	go func() {
+		_, _, err := h.b.SubmitWithin(context.Background(), "q1", time.Millisecond)
+		joined <- err
+	}()
+	h.waitFor("the join", func() bool { return h.metric("triage_batcher_dedup_total") == 1 })
+
+	running.ok()
+	h.nextCall().ok()
+	for _, o := range queued {
+		require.NoError(t, recv(t, o).err)
+	}
+	require.NoError(t, <-slowText)
+	require.NoError(t, <-joined)
+}

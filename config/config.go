@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ type Config struct {
 	Cascade    router.CascadeConfig `yaml:"cascade"`
 	Batcher    batcher.Config       `yaml:"batcher"`
 	Decision   decision.Config      `yaml:"decision"`
+	Routing    router.RoutingConfig `yaml:"routing"`
 	Pools      PoolsConfig          `yaml:"pools"`
 	Sim        SimConfig            `yaml:"sim"`
 	Fleet      fleet.Config         `yaml:"fleet"`
@@ -297,6 +299,7 @@ func DefaultConfig() Config {
 		Cascade:    router.DefaultCascadeConfig(),
 		Batcher:    batcher.DefaultConfig(),
 		Decision:   decision.DefaultConfig(),
+		Routing:    router.DefaultRoutingConfig(),
 		Pools:      PoolsConfig{Fast: DefaultPoolConfig("fast"), Slow: DefaultPoolConfig("slow")},
 		Sim:        DefaultSimConfig(),
 		Fleet:      fleet.DefaultConfig(),
@@ -335,10 +338,24 @@ func (c Config) crossChecks() error {
 				p.path, c.Server.RequestTimeout, fb))
 		}
 	}
+	for i, a := range c.Routing.ModelAliases {
+		for _, p := range []struct {
+			path string
+			pc   upstream.PoolConfig
+		}{{"pools.fast", c.Pools.Fast}, {"pools.slow", c.Pools.Slow}} {
+			models := []string{p.pc.Model}
+			for _, r := range p.pc.Replicas {
+				models = append(models, r.Model)
+			}
+			if slices.Contains(models, a) {
+				errs = append(errs, fmt.Errorf("routing.model_aliases[%d]: %q is also a model of %s: a name cannot both route and pin", i, a, p.path))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
-// Router returns the request pipeline's sections (cache, batcher, decision).
+// Router returns the request pipeline's sections (cache, cascade, batcher, decision, routing).
 func (c Config) Router() router.Config {
-	return router.Config{Cache: c.Cache, Cascade: c.Cascade, Batcher: c.Batcher, Decision: c.Decision}
+	return router.Config{Cache: c.Cache, Cascade: c.Cascade, Batcher: c.Batcher, Decision: c.Decision, Routing: c.Routing}
 }

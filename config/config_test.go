@@ -350,3 +350,17 @@ func TestPrintedPolicyLoadsBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cfg, back)
 }
+
+// A model name cannot both route (an alias) and pin (a pool's model).
+func TestModelAliasMustNotBeAPoolsModel(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pools.Slow.Model = "auto"
+	require.ErrorContains(t, cfg.Validate(), `routing.model_aliases[0]: "auto" is also a model of pools.slow`)
+	cfg = DefaultConfig()
+	cfg.Pools.Fast.Replicas = []upstream.ReplicaConfig{{URL: "http://127.0.0.1:1", Model: "router"}}
+	cfg.Pools.Slow.Replicas = []upstream.ReplicaConfig{{URL: "http://127.0.0.1:2"}}
+	cfg.Routing.ModelAliases = []string{"auto", "router"}
+	require.ErrorContains(t, cfg.Validate(), `routing.model_aliases[1]: "router" is also a model of pools.fast`)
+	cfg.Routing.ModelAliases = []string{"auto"}
+	require.NoError(t, cfg.Validate())
+}

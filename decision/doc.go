@@ -47,6 +47,12 @@
 //   - slow_unhealthy: set by the request pipeline — the policy said slow but the slow pool has no
 //     healthy replica.
 //
+// Four more are set by the request pipeline when no policy decided at all: pinned (the
+// request named a model one pool serves), and classifier_timeout, classifier_busy and
+// classifier_unavailable (the classification did not come within the request's budget, the
+// classifier's queue was full, or it failed; the configured fallback pool took the request).
+// A fallback to slow still needs a slot, else slow_saturated.
+//
 // # Concurrency
 //
 // Policies are immutable after construction: Decide is a pure function of its arguments, safe

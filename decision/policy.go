@@ -21,6 +21,20 @@ const (
 	ReasonSlowUnhealthy Reason = "slow_unhealthy"
 )
 
+// Reasons set by the request pipeline when no Policy decided.
+const (
+	// ReasonPinned: the request named a model that one pool serves and went there unclassified.
+	ReasonPinned Reason = "pinned"
+	// ReasonClassifierTimeout: the classification did not come within the request's budget;
+	// the configured fallback pool took it.
+	ReasonClassifierTimeout Reason = "classifier_timeout"
+	// ReasonClassifierBusy: the classifier's queue was full; the fallback pool took it.
+	ReasonClassifierBusy Reason = "classifier_busy"
+	// ReasonClassifierUnavailable: the classifier failed (no model, shutting down, a failed
+	// batch); the fallback pool took it.
+	ReasonClassifierUnavailable Reason = "classifier_unavailable"
+)
+
 // State is the load snapshot a decision is made under.
 type State struct {
 	// SlowActive is the number of requests holding the slow-path semaphore (Semaphore.Active).

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -66,14 +67,35 @@ func (r *Route) Release() {
 	}
 }
 
+// Classified reports whether the route was decided on a score (false for pinned and
+// fallback routes, whose Score holds only the time spent).
+func (r *Route) Classified() bool { return r.Version != "" }
+
 // Route scores text (built by Input) and decides it under the current load for a request
 // that will be executed. A slow verdict must win a slot of the slow-path budget (else the
 // request is shed to fast as slow_saturated) and the caller must call Release when the
 // upstream response has ended. The decision is counted in triage_decisions_total.
+//
+// The request waits for the encoder at most routing.classify_budget. When that runs out,
+// the classifier's queue is full or the classifier is unavailable, routing.fallback places
+// the request (reasons classifier_timeout, classifier_busy, classifier_unavailable; a slow
+// fallback needs a slot like any slow route), or with reject the error is returned:
+// ErrBudgetExceeded, ErrQueueFull or the classifier's own. Errors that are not the
+// classifier's (ctx done, an unclassifiable text) are always returned.
 func (r *Router) Route(ctx context.Context, text string) (Route, error) {
-	sc, err := r.score(ctx, text)
+	sc, err := r.score(ctx, text, r.cfg.Routing.ClassifyBudget)
 	if err != nil {
-		return Route{}, err
+		reason, ok := classifierFailure(ctx, err)
+		if !ok {
+			return Route{}, err
+		}
+		r.m.fallbacks.WithLabelValues(string(reason)).Inc()
+		if r.cfg.Routing.Fallback == FallbackReject {
+			return Route{}, err
+		}
+		rt := r.place(Score{CacheTime: sc.CacheTime, Static: sc.Static, Queue: sc.Queue}, r.cfg.Routing.Fallback == FallbackSlow, reason)
+		r.m.decisions.WithLabelValues(rt.Path(), string(rt.Reason)).Inc()
+		return rt, nil
 	}
 	rt := r.decide(sc, true)
 	r.m.decisions.WithLabelValues(rt.Path(), string(rt.Reason)).Inc()
@@ -81,11 +103,79 @@ func (r *Router) Route(ctx context.Context, text string) (Route, error) {
 	return rt, nil
 }
 
+// classifierFailure names the fallback reason of a scoring error that is the classifier's
+// fault: its budget spent, its queue full, or a failed batch (a model error or panic). ok is
+// false for the others: the request's own context, an unclassifiable text, and a closed
+// router (ErrClosed, ErrNoModel), which means the gateway is shutting down.
+func classifierFailure(ctx context.Context, err error) (decision.Reason, bool) {
+	var uce *UnclassifiableError
+	switch {
+	case errors.Is(err, ErrBudgetExceeded):
+		return decision.ReasonClassifierTimeout, true
+	case errors.Is(err, ErrQueueFull):
+		return decision.ReasonClassifierBusy, true
+	case errors.As(err, &uce), errors.Is(err, ErrClosed), errors.Is(err, ErrNoModel),
+		ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "", false
+	}
+	return decision.ReasonClassifierUnavailable, true
+}
+
+// Pin routes a request that named a model only one pool serves, without classifying it:
+// reason pinned. A request pinned to the slow pool holds a slow-path slot like any slow
+// route, so the load every decision sees stays true; when every slot is taken it fails with
+// ErrSlowSaturated rather than be sent to a model it did not ask for. It does not look at
+// the slow pool's health: the pool answers for itself (no healthy replica). The decision is
+// counted in triage_decisions_total.
+func (r *Router) Pin(slow bool) (Route, error) {
+	start := time.Now()
+	rt := Route{Slow: slow, Reason: decision.ReasonPinned, Pool: r.fast}
+	rt.Decision = decision.Decision{Slow: slow, Reason: decision.ReasonPinned, Threshold: r.Threshold(), Load: r.State().Load()}
+	if slow {
+		if !r.budget.TryAcquire() {
+			return Route{}, ErrSlowSaturated
+		}
+		rt.release = sync.OnceFunc(r.budget.Release)
+		rt.Pool = r.slow
+	}
+	rt.Decided = time.Now()
+	rt.DecideTime = rt.Decided.Sub(start)
+	r.m.decisions.WithLabelValues(rt.Path(), string(rt.Reason)).Inc()
+	return rt, nil
+}
+
+// place routes an unclassified request to the slow pool (when slow, the slow pool is
+// healthy and a slot is free) or the fast one, for reason; like decide, a slow route that
+// cannot be had is shed to fast as slow_unhealthy or slow_saturated.
+func (r *Router) place(sc Score, slow bool, reason decision.Reason) Route {
+	start := time.Now()
+	st := r.State()
+	rt := Route{Score: sc, Slow: slow, Reason: reason}
+	rt.Decision = decision.Decision{Slow: slow, Reason: reason, Threshold: r.policy.Decide(decision.Score{Cutoff: r.cutoff()}, st).Threshold, Load: st.Load()}
+	if slow {
+		switch {
+		case !r.slow.Healthy():
+			rt.Slow, rt.Reason = false, decision.ReasonSlowUnhealthy
+		case r.budget.TryAcquire():
+			rt.release = sync.OnceFunc(r.budget.Release)
+		default:
+			rt.Slow, rt.Reason = false, decision.ReasonSlowSaturated
+		}
+	}
+	rt.Pool = r.fast
+	if rt.Slow {
+		rt.Pool = r.slow
+	}
+	rt.Decided = time.Now()
+	rt.DecideTime = rt.Decided.Sub(start)
+	return rt
+}
+
 // Preview scores and decides text like Route but executes nothing and holds nothing: the
 // slow-path budget is only looked at. It is what a routed request would get now (the
 // /v1/classify endpoint). Previews are not counted as decisions.
 func (r *Router) Preview(ctx context.Context, text string) (Route, error) {
-	sc, err := r.score(ctx, text)
+	sc, err := r.score(ctx, text, 0)
 	if err != nil {
 		return Route{}, err
 	}
@@ -98,7 +188,7 @@ func (r *Router) Preview(ctx context.Context, text string) (Route, error) {
 func (r *Router) PreviewMany(ctx context.Context, texts []string) ([]Route, []error) {
 	scores := make([]Score, len(texts))
 	errs := make([]error, len(texts))
-	r.scoreMany(ctx, texts, scores, errs)
+	r.scoreMany(ctx, texts, scores, errs, 0)
 	routes := make([]Route, len(texts))
 	for i := range texts {
 		if errs[i] == nil {
@@ -144,9 +234,13 @@ func (r *Router) State() decision.State {
 
 // Threshold is the P(slow) a request must exceed to go slow under the current load.
 func (r *Router) Threshold() float64 {
-	var cutoff float64
+	return r.policy.Decide(decision.Score{Cutoff: r.cutoff()}, r.State()).Threshold
+}
+
+// cutoff is the label threshold of the most recent model, kept after Close.
+func (r *Router) cutoff() float64 {
 	if l := r.models.last.Load(); l != nil {
-		cutoff = l.cutoff
+		return l.cutoff
 	}
-	return r.policy.Decide(decision.Score{Cutoff: cutoff}, r.State()).Threshold
+	return 0
 }

@@ -11,9 +11,10 @@
 //  1. looks up model version + text in the result cache (ristretto). A hit is the model's
 //     output only, P(slow) and tokens, never a decision; the version is the loaded model's,
 //     so a reload never serves another model's results;
-//  2. on a miss submits the text to the batcher, which runs the current model on batches
-//     (identical texts in flight share one slot); the result is cached under the version that
-//     produced it (the cache may drop it);
+//  2. on a miss runs the cascade's first stage and submits the texts it leaves undecided to
+//     the batcher, which runs the current model on batches (identical texts in flight share
+//     one slot); every result a batch computes is cached under the version that produced it
+//     (the cache may drop it), whether or not anyone still waits for it;
 //  3. decides with the decision.Policy under the current load (the slow-path budget and the
 //     batcher's queue). The model's label boundary comes with every score from the model
 //     that produced it (its manifest's label_threshold): nothing here has a second copy. A
@@ -26,8 +27,23 @@
 // (streams included). [Router.Preview] decides the same way but holds nothing (the
 // /v1/classify endpoint).
 //
-// Errors are the package's own ([ErrQueueFull], [ErrClosed], [ErrNoModel],
-// [*UnclassifiableError], [*ReloadError]); front ends map them to their answers.
+// The classifier never fails a routed request: Route waits for the encoder at most
+// routing.classify_budget (a text that would queue behind more than that is not queued at
+// all), and when the budget runs out, the queue is full or a batch fails, routing.fallback
+// places the request (reasons classifier_timeout, classifier_busy, classifier_unavailable)
+// or, with reject, returns the error. A queued text keeps its place in the batcher: its
+// submission is carried by the router's lifetime, not the request's, so it is classified and
+// cached for the next request with the same text. Preview has no budget: its answer is the
+// classification.
+//
+// [Router.Target] reads a request's model name (routing.model_aliases route; a name exactly
+// one pool serves pins; others follow routing.unknown_model) and [Router.Pin] places a pinned
+// request without classifying it; a pinned slow request holds a slow-path slot like a routed
+// one, and is refused with [ErrSlowSaturated] when none is free.
+//
+// Errors are the package's own ([ErrQueueFull], [ErrBudgetExceeded], [ErrSlowSaturated],
+// [ErrClosed], [ErrNoModel], [*UnclassifiableError], [*ReloadError]); front ends map them to
+// their answers.
 //
 // # Concurrency
 //
@@ -38,7 +54,9 @@
 // request reads are an atomic load. Each batch takes a reference to the current model for
 // its Classify call; a reload swaps the pointer, and the old model is closed by whichever
 // release drops its count to zero, so in-flight batches finish on the model they started
-// with. Reloads are serialised by their own mutex.
+// with. Reloads are serialised by their own mutex. A routed request with a budget submits its
+// text from a goroutine the router owns (it waits for them in Close), so the request can stop
+// waiting without taking the text out of the batcher.
 //
 // # Lifecycle
 //

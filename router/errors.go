@@ -7,8 +7,8 @@ import (
 )
 
 // Errors of the pipeline. A front end maps them to its own answers (the HTTP layer does so in
-// one place): ErrQueueFull → 429, ErrClosed → 503 shutting down, ErrNoModel → 503,
-// *UnclassifiableError → 400, *ReloadError → 500.
+// one place): ErrQueueFull, ErrBudgetExceeded and ErrSlowSaturated → 429, ErrClosed → 503
+// shutting down, ErrNoModel → 503, *UnclassifiableError → 400, *ReloadError → 500.
 var (
 	// ErrQueueFull: the classifier's queue is full, or its expected wait is over
 	// batcher.max_queue_delay. Shed the request; it is safe to retry later.
@@ -17,6 +17,13 @@ var (
 	ErrClosed = batcher.ErrClosed
 	// ErrNoModel: no classifier model is loaded (only after Close).
 	ErrNoModel = errors.New("no classifier model loaded")
+	// ErrBudgetExceeded: the classification did not come within routing.classify_budget and
+	// routing.fallback is reject. The classification goes on and fills the cache; a retry
+	// of the same text is likely to hit it.
+	ErrBudgetExceeded = errors.New("the classification took longer than routing.classify_budget")
+	// ErrSlowSaturated: a request pinned to the slow pool found every slow-path slot taken.
+	// It is safe to retry later.
+	ErrSlowSaturated = errors.New("every slow-path slot is taken (decision.max_slow_concurrency)")
 )
 
 // UnclassifiableError is a text the classifier refuses to read (for example one its

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/triage-gw/triage/decision"
 )
 
 // metrics are the pipeline's series. Label values come from small fixed sets: paths,
@@ -17,6 +19,8 @@ type metrics struct {
 	// them; stageDecisions counts routed decisions by the stage behind their P(slow).
 	classifications *prometheus.CounterVec // stage
 	stageDecisions  *prometheus.CounterVec // stage
+	// fallbacks counts routed requests whose classification failed them, by reason.
+	fallbacks *prometheus.CounterVec // reason
 }
 
 // newMetrics registers the pipeline's metrics on reg; the gauges are read from r at scrape
@@ -48,6 +52,13 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		Name: "triage_stage_decisions_total",
 		Help: "Routing decisions of executed requests by the classifier stage behind their P(slow), cache hits included.",
 	}, []string{"stage"})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_classifier_fallbacks_total",
+		Help: "Routed requests whose classification failed them (budget spent, queue full, classifier unavailable), by reason; routing.fallback placed or refused them.",
+	}, []string{"reason"})
+	for _, rs := range []decision.Reason{decision.ReasonClassifierTimeout, decision.ReasonClassifierBusy, decision.ReasonClassifierUnavailable} {
+		m.fallbacks.WithLabelValues(string(rs))
+	}
 	for _, st := range []string{"static", "encoder"} {
 		m.classifications.WithLabelValues(st)
 		m.stageDecisions.WithLabelValues(st)
@@ -57,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	all := []prometheus.Collector{
-		m.decisions, m.cacheRequests, m.modelInfo, m.reloads, m.classifications, m.stageDecisions,
+		m.decisions, m.cacheRequests, m.modelInfo, m.reloads, m.classifications, m.stageDecisions, m.fallbacks,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_active",
 			Help: "Requests holding the slow-path budget.",

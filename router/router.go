@@ -18,13 +18,15 @@ import (
 
 // Config is the request pipeline's configuration: the result cache in front of the
 // classifier, the cascade's first stage, the batcher that feeds the encoder, and the
-// fast-or-slow decision. In the gateway's YAML they are the top-level sections cache,
-// cascade, batcher and decision.
+// fast-or-slow decision, and how a routed request relates to its classification and model
+// name. In the gateway's YAML they are the top-level sections cache, cascade, batcher,
+// decision and routing.
 type Config struct {
 	Cache    CacheConfig
 	Cascade  CascadeConfig
 	Batcher  batcher.Config
 	Decision decision.Config
+	Routing  RoutingConfig
 }
 
 // ValidateAt reports every invalid field, each named from path; the sections keep their own
@@ -35,6 +37,7 @@ func (c Config) ValidateAt(path string) error {
 		c.Cascade.ValidateAt(joinPath(path, "cascade")),
 		c.Batcher.ValidateAt(joinPath(path, "batcher")),
 		c.Decision.ValidateAt(joinPath(path, "decision")),
+		c.Routing.ValidateAt(joinPath(path, "routing")),
 	)
 }
 
@@ -91,6 +94,16 @@ type Router struct {
 	budget SlowBudget
 	fast   *upstream.Pool
 	slow   *upstream.Pool
+	names  modelNames
+
+	// life carries the classifications a routed request stopped waiting for (its budget ran
+	// out): they are not the request's, so they finish and fill the cache. Close cancels it
+	// and waits for them in detached; lifeMu orders its cancellation before that wait and
+	// every Add after it.
+	lifeMu   sync.Mutex
+	life     context.Context
+	endLife  context.CancelFunc
+	detached sync.WaitGroup
 
 	started   atomic.Bool
 	closeOnce sync.Once
@@ -110,6 +123,8 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 		return nil, errors.New("router: Options.Fast and Options.Slow are required")
 	}
 	r := &Router{cfg: cfg, log: opts.Logger, load: opts.Load, budget: opts.Budget, shared: opts.Shared, fast: opts.Fast, slow: opts.Slow}
+	r.names = newModelNames(cfg.Routing, r.fast, r.slow)
+	r.life, r.endLife = context.WithCancel(context.Background())
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -137,6 +152,7 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 	}
 	defer func() {
 		if err != nil {
+			r.endLife()
 			r.cache.close()
 		}
 	}()
@@ -190,6 +206,10 @@ func (r *Router) Run(ctx context.Context) error {
 // way out; call it directly only for a Router that never ran. Idempotent.
 func (r *Router) Close() {
 	r.closeOnce.Do(func() {
+		r.lifeMu.Lock()
+		r.endLife()
+		r.lifeMu.Unlock()
+		r.detached.Wait()
 		r.models.close()
 		r.cache.close()
 	})

@@ -82,7 +82,7 @@ func testPool(t *testing.T, name string) *upstream.Pool {
 }
 
 func testConfig() Config {
-	return Config{Cache: DefaultCacheConfig(), Cascade: DefaultCascadeConfig(), Batcher: batcher.DefaultConfig(), Decision: decision.DefaultConfig()}
+	return Config{Cache: DefaultCacheConfig(), Cascade: DefaultCascadeConfig(), Batcher: batcher.DefaultConfig(), Decision: decision.DefaultConfig(), Routing: DefaultRoutingConfig()}
 }
 
 // startRouter runs a router over m until the test ends.

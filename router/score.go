@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triage-gw/triage/batcher"
 	"github.com/triage-gw/triage/classifier"
 )
 
@@ -133,24 +134,33 @@ func (r *Router) runBatch(ctx context.Context, texts []string) ([]scored, error)
 			}
 			out[i] = scored{res: res[j], version: ref.version, key: ref.key, cutoff: ref.cutoff}
 		}
+		// Cached here rather than by the waiters: a text whose every waiter has stopped
+		// waiting (its budget ran out) still fills the cache, so its next request is
+		// decided by the model.
+		for _, i := range todo {
+			r.store(ref.key, texts[i], cached{pSlow: out[i].res.PSlow, tokens: out[i].res.Tokens, stage: classifier.StageEncoder})
+			r.m.classifications.WithLabelValues(classifier.StageEncoder.String()).Inc()
+		}
 		break
 	}
 	return out, nil
 }
 
-// score looks text (built by Input) up in the caches and classifies it on a miss.
-func (r *Router) score(ctx context.Context, text string) (Score, error) {
+// score looks text (built by Input) up in the caches and classifies it on a miss, waiting
+// for the encoder at most budget (0: as long as ctx allows).
+func (r *Router) score(ctx context.Context, text string, budget time.Duration) (Score, error) {
 	var out [1]Score
 	var errs [1]error
-	r.scoreMany(ctx, []string{text}, out[:], errs[:])
+	r.scoreMany(ctx, []string{text}, out[:], errs[:], budget)
 	return out[0], errs[0]
 }
 
 // scoreMany scores texts into out (errs[i] for a text that failed): each text is looked up
 // in this gateway's cache; the misses in the shared tier, all in one round trip; what is
 // still missing goes through the first stage, and the texts it leaves undecided to the
-// encoder, submitted together so they share batches.
-func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, errs []error) {
+// encoder, submitted together so they share batches. A text the encoder has not answered
+// within budget (when > 0) fails with ErrBudgetExceeded, its Queue the time it waited.
+func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, errs []error, budget time.Duration) {
 	start := time.Now()
 	cur := r.models.peek()
 	if cur == nil {
@@ -199,17 +209,15 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 		miss = r.scoreFirstStage(cur, texts, miss, out, errs, lookup)
 	}
 	classify := func(i int) {
-		defer r.tokens.Delete(texts[i])
-		s, t, err := r.batch.SubmitTimed(ctx, texts[i])
+		s, t, err := r.submit(ctx, texts[i], budget)
 		if err == nil {
 			err = s.err
 		}
 		if err != nil {
 			errs[i] = err
+			out[i].CacheTime, out[i].Queue = lookup, t.Queue
 			return
 		}
-		r.m.classifications.WithLabelValues(classifier.StageEncoder.String()).Inc()
-		r.store(s.key, texts[i], cached{pSlow: s.res.PSlow, tokens: s.res.Tokens, stage: classifier.StageEncoder})
 		out[i] = Score{PSlow: s.res.PSlow, Tokens: s.res.Tokens, Version: s.version, Cutoff: s.cutoff,
 			Stage: classifier.StageEncoder, CacheTime: lookup, Static: out[i].Static, Queue: t.Queue, Inference: t.Inference}
 	}
@@ -257,5 +265,53 @@ func (r *Router) store(key, text string, c cached) {
 	r.cache.set(key, text, c)
 	if r.shared != nil {
 		r.shared.Set(key, text, c.encode())
+	}
+}
+
+// submit hands text to the batcher and waits for its result. Without a budget the wait is
+// the caller's: it ends with ctx, and a text left without waiters before its batch starts is
+// dropped by the batcher. With one, a text that would queue behind more than the budget's
+// worth of texts is not queued at all (ErrQueueFull at once: waiting for what cannot come in
+// time would only delay the fallback and spend the encoder on a text nobody waits for; a
+// text reaching an empty queue is always taken, however slow); one that is queued is
+// detached from ctx and carried by the router's lifetime instead, so if the caller stops
+// waiting (budget spent or ctx done) it is still classified, and runBatch caches it. The
+// caller stops waiting with ErrBudgetExceeded (Timing.Queue the budget) once budget has
+// passed. The first stage's tokens are handed over until the submission ends, whoever waits
+// for it.
+func (r *Router) submit(ctx context.Context, text string, budget time.Duration) (scored, batcher.Timing, error) {
+	if budget <= 0 {
+		defer r.tokens.Delete(text)
+		return r.batch.SubmitTimed(ctx, text)
+	}
+	type reply struct {
+		s   scored
+		t   batcher.Timing
+		err error
+	}
+	done := make(chan reply, 1)
+	r.lifeMu.Lock()
+	if r.life.Err() != nil {
+		r.lifeMu.Unlock()
+		r.tokens.Delete(text)
+		return scored{}, batcher.Timing{}, ErrClosed
+	}
+	r.detached.Add(1)
+	r.lifeMu.Unlock()
+	go func() {
+		defer r.detached.Done()
+		defer r.tokens.Delete(text)
+		s, t, err := r.batch.SubmitWithin(r.life, text, budget)
+		done <- reply{s, t, err}
+	}()
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	select {
+	case rep := <-done:
+		return rep.s, rep.t, rep.err
+	case <-timer.C:
+		return scored{}, batcher.Timing{Queue: budget}, ErrBudgetExceeded
+	case <-ctx.Done():
+		return scored{}, batcher.Timing{}, ctx.Err()
 	}
 }

@@ -7,7 +7,7 @@
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
 #   scripts/setup.sh            all steps
-#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv prom redis)
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf prom redis)
 #
 # `prom` and `redis` are not part of the default set: they install the Debian
 # packages prometheus (promtool and the server, for the deploy/ checks) and
@@ -137,6 +137,27 @@ step_venv() {
   say "installed $venv"
 }
 
+# aiperf, NVIDIA's LLM benchmark client, for the compatibility test in tests/test_aiperf.py.
+# Its own venv: its dependency tree (transformers, pandas, dash, ...) is large and must not
+# move the training pins. tests/aiperf/requirements.txt pins aiperf and every dependency, each
+# with the sha256 of its cp311 manylinux wheel, as resolved by pip for aiperf==0.13.0.
+step_aiperf() {
+  STEP=aiperf
+  local venv="$DEPS/aiperf-venv" req="$ROOT/tests/aiperf/requirements.txt" stamp="$DEPS/aiperf-venv/.requirements.sha256"
+  if [ -x "$venv/bin/aiperf" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$(sha "$req")" ]; then say "ok ($venv)"; return; fi
+  need python3 "CPython 3.11"
+  python3 -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' \
+    || fail "python3 must be 3.11 (the pinned wheels are cp311); found $(python3 --version)"
+  rm -rf "$venv"
+  python3 -m venv "$venv" || fail "python3 -m venv"
+  say "installing tests/aiperf/requirements.txt (hash-checked, wheels only; about 500 MiB)"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes --only-binary=:all: -r "$req" \
+    || fail "pip install -r tests/aiperf/requirements.txt"
+  "$venv/bin/aiperf" --version >/dev/null 2>&1 || fail "aiperf does not run after installing"
+  sha "$req" >"$stamp"
+  say "installed $venv"
+}
+
 # Prometheus for the deployment checks (deploy/): promtool validates
 # docker/prometheus/*.yml and a real server scrapes a running gateway. From
 # Debian's own archive (verified by apt's signed indexes); the Debian package
@@ -198,11 +219,11 @@ redis_major() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
+[ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv aiperf)
 for s in "${steps[@]}"; do
   case "$s" in
-    ort|tok|encoders|venv|prom|redis) "step_$s" ;;
-    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv prom redis)" ;;
+    ort|tok|encoders|venv|aiperf|prom|redis) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv aiperf prom redis)" ;;
   esac
 done
 STEP=done

@@ -47,6 +47,9 @@ func (s *Server) newApp() *fiber.App {
 	app.Post("/v1/completions", s.endpoint("completions", s.handleCompletions))
 	app.Get("/v1/models", s.endpoint("models", s.handleModels))
 	app.Get("/healthz", s.endpoint("healthz", s.handleHealthz))
+	// vLLM's and most OpenAI-compatible servers' liveness route, which benchmark clients and
+	// orchestrators probe.
+	app.Get("/health", s.endpoint("health", s.handleHealthz))
 	app.Get("/readyz", s.endpoint("readyz", s.handleReadyz))
 	metricsHandler := adaptor.HTTPHandler(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	app.Get("/metrics", s.endpoint("metrics", func(c *fiber.Ctx, _ *request) error { return metricsHandler(c) }))

@@ -265,11 +265,12 @@ type proxyInput struct {
 	prompt  string // rendered for the replica policies: "role: content\n" per message, or the prompt
 	stream  bool
 	user    string
-	context bool // the body has the non-standard top-level "context" field (stripped before forwarding)
+	model   string // the requested model, exact case; "" when absent or null
+	context bool   // the body has the non-standard top-level "context" field (stripped before forwarding)
 }
 
-// openAIFields are the fields routing reads (and "model", which the gateway rewrites); every
-// other field passes through untouched.
+// openAIFields are the fields routing reads ("model" pins or routes, and the gateway rewrites
+// it to the replica's); every other field passes through untouched.
 type openAIFields struct {
 	Messages, Prompt, Stream, User, Context, Model json.RawMessage
 }
@@ -287,6 +288,11 @@ func (f openAIFields) common(p *proxyInput) (ctx string, err error) {
 	}
 	if present(f.User) && string(f.User) != "null" {
 		if p.user, err = stringField(f.User, "user"); err != nil {
+			return "", err
+		}
+	}
+	if present(f.Model) && string(f.Model) != "null" {
+		if p.model, err = stringField(f.Model, "model"); err != nil {
 			return "", err
 		}
 	}

@@ -4,8 +4,8 @@
 //
 // A [Server] answers the gateway's HTTP API (docs/http-api.md): POST /v1/query-process,
 // POST /v1/classify (tooling, no execution), the OpenAI-compatible POST /v1/chat/completions,
-// POST /v1/completions and GET /v1/models, GET /healthz, /readyz and /metrics, and, only when
-// admin.token is set, the admin endpoints.
+// POST /v1/completions and GET /v1/models, GET /healthz (and /health), /readyz and /metrics,
+// and, only when admin.token is set, the admin endpoints.
 //
 // Every routed request takes the same path:
 //
@@ -13,7 +13,8 @@
 //     proxy.go); bad input is a 4xx;
 //  2. build the classifier input with router.Input;
 //  3. ask the router (package router) for a route: cache, batcher, classifier, decision under
-//     the slow-path budget, the chosen pool;
+//     the slow-path budget, the chosen pool — or, when an OpenAI request names a model one
+//     pool serves, that pool unclassified (router.Target, router.Pin);
 //  4. execute on the chosen pool (upstream.Pool.Do) and answer with the decision headers. A
 //     slow request holds its budget slot until its upstream response has ended: for
 //     query-process until the execution has been read to its end, for a proxied request

@@ -99,6 +99,8 @@ func (e *upstreamStatusError) Error() string {
 //	*apiError                                  as built (input errors: 400, 401, 404, 413, 415, ...)
 //	*fiber.Error (router, body limit)          its status, OpenAI-shaped
 //	router.ErrQueueFull                        429, Retry-After: 1
+//	router.ErrBudgetExceeded                   429, Retry-After: 1 (routing.fallback: reject)
+//	router.ErrSlowSaturated                    429, Retry-After: 1 (a request pinned to slow)
 //	upstream.ErrRejected                       429, Retry-After: 1
 //	upstream.ErrNoHealthyReplica               503
 //	upstream.ErrUpstreamTimeout, deadline      504
@@ -133,6 +135,12 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 	case errors.Is(err, router.ErrQueueFull):
 		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "classifier_queue_full",
 			message: "the classifier queue is full; retry shortly", retryAfter: "1"}
+	case errors.Is(err, router.ErrBudgetExceeded):
+		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "classifier_timeout",
+			message: err.Error() + "; retry shortly", retryAfter: "1"}
+	case errors.Is(err, router.ErrSlowSaturated):
+		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "slow_saturated",
+			message: "the request names the slow pool's model and " + err.Error() + "; retry shortly", retryAfter: "1"}
 	case errors.Is(err, upstream.ErrRejected):
 		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "admission_rejected",
 			message: err.Error(), retryAfter: "1"}

@@ -192,24 +192,27 @@ type modelList struct {
 	Data   []modelCard `json:"data"`
 }
 
-// handleModels lists the configured model names of both pools' replicas (no upstream call).
-// Requests may name any model: the gateway rewrites it to the chosen pool's.
+// handleModels lists the routed virtual model ("auto" and its configured aliases) first, then
+// the distinct model names configured for the pools' replicas (no upstream call). A name one
+// pool serves pins requests to that pool; owned_by says which ("triage/<pool>"), or
+// "triage" for the routed ones (a name both pools serve is routed too).
 func (s *Server) handleModels(c *fiber.Ctx, _ *request) error {
 	list := modelList{Object: "list", Data: []modelCard{}}
-	seen := map[string]bool{}
-	for _, p := range []*upstream.Pool{s.fast, s.slow} {
-		for _, r := range p.Replicas() {
-			if r.Model == "" || seen[r.Model] {
-				continue
-			}
-			seen[r.Model] = true
-			list.Data = append(list.Data, modelCard{ID: r.Model, Object: "model", Created: s.startedAt.Unix(), OwnedBy: "triage/" + p.Name()})
+	created := s.startedAt.Unix()
+	for _, a := range s.router.Aliases() {
+		list.Data = append(list.Data, modelCard{ID: a, Object: "model", Created: created, OwnedBy: "triage"})
+	}
+	for _, m := range s.router.Served() {
+		owner := "triage"
+		if m.Pool != "" {
+			owner += "/" + m.Pool
 		}
+		list.Data = append(list.Data, modelCard{ID: m.Name, Object: "model", Created: created, OwnedBy: owner})
 	}
 	return sendJSON(c, http.StatusOK, list)
 }
 
-// handleHealthz is liveness: the process serves HTTP.
+// handleHealthz is liveness: the process serves HTTP. It answers GET /healthz and GET /health.
 func (s *Server) handleHealthz(c *fiber.Ctx, _ *request) error {
 	return sendJSON(c, http.StatusOK, map[string]string{"status": "ok"})
 }

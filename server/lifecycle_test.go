@@ -13,6 +13,7 @@ import (
 
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/router"
 )
 
 func TestQueueFullIs429WithRetryAfter(t *testing.T) {
@@ -21,6 +22,7 @@ func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 	defer release()
 	ts := startServer(t, func(c *config.Config, _ *testOptions) {
 		c.Batcher.MaxBatch, c.Batcher.QueueSize, c.Batcher.Workers = 1, 1, 1
+		c.Routing.Fallback = router.FallbackReject // today's 429; fail-open is tested in fallback_test.go
 	})
 	ts.model.classify = func(ctx context.Context, texts []string) ([]classifier.Result, error) {
 		if texts[0] == "first" {

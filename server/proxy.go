@@ -88,7 +88,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 			dl.end()
 		}
 	}()
-	r, err := s.route(dl.ctx, rq, in.text.input)
+	r, err := s.routeModel(dl.ctx, rq, in.model, in.text.input)
 	if err != nil {
 		return dl.err(err)
 	}

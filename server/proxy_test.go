@@ -202,6 +202,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 		// request timeout is met here while the request waits for its classification.
 		ts := startServer(t, func(c *config.Config, _ *testOptions) {
 			c.Server.RequestTimeout = 200 * time.Millisecond
+			c.Routing.ClassifyBudget = 0 // no budget: the request waits for its classification
 			c.Pools.Fast.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
 			c.Pools.Slow.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
 		})

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -36,15 +37,41 @@ func (s *Server) route(ctx context.Context, rq *request, text string) (router.Ro
 	return r, nil
 }
 
-// setRouteHeaders writes the decision headers and Server-Timing.
+// routeModel routes an OpenAI request by the model it names: an alias of the routed model
+// (or no model, or an unknown one under routing.unknown_model: route) is classified and
+// decided; a model one pool serves pins the request there unclassified; an unknown one under
+// unknown_model: reject is OpenAI's 404 model_not_found.
+func (s *Server) routeModel(ctx context.Context, rq *request, model, text string) (router.Route, error) {
+	switch s.router.Target(model) {
+	case router.TargetFast, router.TargetSlow:
+		r, err := s.router.Pin(s.router.Target(model) == router.TargetSlow)
+		if err != nil {
+			return router.Route{}, err
+		}
+		s.m.routerLatency.Observe(r.Decided.Sub(rq.arrival).Seconds())
+		return r, nil
+	case router.TargetUnknown:
+		return router.Route{}, &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "model_not_found", param: "model",
+			message: fmt.Sprintf("The model %s does not exist or you do not have access to it. GET /v1/models lists the models, and %s routes.",
+				clip(model), clip(s.router.Aliases()[0]))}
+	}
+	return s.route(ctx, rq, text)
+}
+
+// setRouteHeaders writes the decision headers and Server-Timing. A route decided without a
+// score (pinned, or a classifier fallback) has no P(slow), threshold, cache or stage to
+// report, so those headers are left out.
 func setRouteHeaders(c *fiber.Ctx, rq *request, r *router.Route) {
 	c.Set(HeaderPath, r.Path())
 	c.Set(HeaderReason, string(r.Reason))
+	c.Set(HeaderLatency, millis(r.Decided.Sub(rq.arrival)))
+	if !r.Classified() {
+		return
+	}
 	c.Set(HeaderPSlow, strconv.FormatFloat(float64(r.PSlow), 'f', 4, 32))
 	c.Set(HeaderThreshold, strconv.FormatFloat(r.Decision.Threshold, 'f', 4, 64))
 	c.Set(HeaderCache, r.CacheResult())
 	c.Set(HeaderStage, r.Stage.String())
-	c.Set(HeaderLatency, millis(r.Decided.Sub(rq.arrival)))
 	setServerTiming(c, r)
 }
 

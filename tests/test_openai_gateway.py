@@ -108,6 +108,26 @@ def test_models(client):
     assert {"small-model", "big-model"} <= ids
 
 
+def test_clients_conventions(client, stack):
+    """GET /health answers as vLLM's does, auto is the first model listed, and a model one
+    pool serves pins the request there without classification."""
+    gw, _ = stack
+    r = httpx.get(gw.url + "/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    models = client.models.list().data
+    assert models[0].id == "auto"
+    assert {m.id: m.owned_by for m in models[1:]} == {"small-model": "triage/fast", "big-model": "triage/slow"}
+
+    messages = [{"role": "user", "content": FAST_PROMPT}]  # the classifier would say fast
+    raw = client.chat.completions.with_raw_response.create(model="big-model", messages=messages, max_tokens=3)
+    assert raw.headers["x-router-path"] == "slow"
+    assert raw.headers["x-router-reason"] == "pinned"
+    assert "x-router-p-slow" not in raw.headers, "nothing was classified"
+    resp = raw.parse()
+    assert resp.model == "big-model"
+    assert resp.choices[0].message.content == expected_text(render(messages), 3)
+
+
 def test_bad_requests_are_4xx_with_openai_errors(client, stack):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="auto", messages=[])

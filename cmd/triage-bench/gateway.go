@@ -17,8 +17,15 @@ import (
 	"github.com/triage-gw/triage/bench/report"
 )
 
-// gatewayScenarios are the gateway subcommand's scenarios, in run order.
+// gatewayScenarios are the gateway subcommand's default scenarios, in run order.
 var gatewayScenarios = []string{"seq-miss", "conc-miss", "conc-hit", "overload", "query-process", "proxy-cost"}
+
+// extraScenarios run only when --scenarios names them (fail-open starts eleven gateways and
+// takes about five minutes: make bench-fail-open), after the default ones.
+var extraScenarios = []string{"fail-open"}
+
+// knownScenarios lists every scenario --scenarios accepts.
+func knownScenarios() []string { return slices.Concat(gatewayScenarios, extraScenarios) }
 
 // gatewayConfig is everything the gateway subcommand needs.
 type gatewayConfig struct {
@@ -40,8 +47,12 @@ type gatewayConfig struct {
 	QPTexts        int           `json:"query_process_texts"`
 	QPRamp         float64       `json:"query_process_ramp"`
 	ProxyClients   []int         `json:"proxy_clients"`
-	RequestTimeout time.Duration `json:"request_timeout_ns"`
-	StartupTimeout time.Duration `json:"startup_timeout_ns"`
+	// FailOpenClients, FailOpenWords and FailOpenBudgets shape the fail-open scenario.
+	FailOpenClients int             `json:"fail_open_clients"`
+	FailOpenWords   int             `json:"fail_open_words"`
+	FailOpenBudgets []time.Duration `json:"fail_open_budgets_ns"`
+	RequestTimeout  time.Duration   `json:"request_timeout_ns"`
+	StartupTimeout  time.Duration   `json:"startup_timeout_ns"`
 
 	dolly string
 	out   string
@@ -55,6 +66,7 @@ var scenarioDefaults = map[string]time.Duration{
 	"overload":      15 * time.Second,
 	"query-process": 20 * time.Second,
 	"proxy-cost":    10 * time.Second, // per client count
+	"fail-open":     15 * time.Second, // per variant, and direct
 }
 
 func (c *gatewayConfig) duration(scenario string) time.Duration {
@@ -87,6 +99,10 @@ waits for /readyz and runs the scenarios, each bounded in time and count:
   proxy-cost     streaming /v1/chat/completions TTFT through a second gateway
                  whose pools point at an in-process zero-latency mockllm,
                  minus TTFT direct to it (1 and 8 clients)
+  fail-open      (only when named) %d clients, streaming chat with a new ~256-token prompt
+                 each, direct to an in-process mockllm and through a gateway
+                 per variant (before fail-open, and each --fail-open-budgets;
+                 cascade on and off): TTFT p50/p99 and errors
 
 Traffic goes to 127.0.0.1 only. Flags:
 `
@@ -97,9 +113,13 @@ func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) 
 	c := &gatewayConfig{}
 	scenarios := strings.Join(gatewayScenarios, ",")
 	proxyClients := "1,8"
+	budgets := "50ms"
 	c.bindFlags(fs, &scenarios, &proxyClients)
+	fs.IntVar(&c.FailOpenClients, "fail-open-clients", 32, "concurrent clients of fail-open")
+	fs.IntVar(&c.FailOpenWords, "fail-open-words", 190, "words of every fail-open prompt (about 190 words is 256 word pieces)")
+	fs.StringVar(&budgets, "fail-open-budgets", budgets, "comma-separated routing.classify_budget values fail-open measures (each with fallback fast), beside the behaviour before fail-open")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), gatewayUsage, 32, 64, 100)
+		fmt.Fprintf(fs.Output(), gatewayUsage, 32, 64, 100, 32)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +129,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) 
 		return nil, fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
 	}
 	errs := c.setLists(scenarios, proxyClients)
+	errs = append(errs, c.setBudgets(budgets)...)
 	errs = append(errs, c.validate()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -123,7 +144,7 @@ func (c *gatewayConfig) bindFlags(fs *flag.FlagSet, scenarios, proxyClients *str
 	fs.StringVar(&c.Bin, "triage-bin", "bin/triage", "gateway binary to start (build it with: go build -o bin/ ./cmd/...)")
 	fs.StringVar(&c.Config, "config", "", "gateway config for the scenarios other than proxy-cost (empty: built-in defaults and simulated pools)")
 	fs.StringVar(&c.Workdir, "workdir", ".", "working directory of the gateway (its default model paths are relative to the repository root)")
-	fs.StringVar(scenarios, "scenarios", *scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(gatewayScenarios, ", "))
+	fs.StringVar(scenarios, "scenarios", *scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(knownScenarios(), ", ")+" (fail-open only when named)")
 	fs.DurationVar(&c.Duration, "duration", 0, "length of every scenario; 0 means each scenario's default (seq-miss, conc-miss 10s; conc-hit 10s for the gateway and 10s for the baseline; overload 15s; query-process 20s; proxy-cost 10s per client count)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the text order and of the overload arrivals")
 	fs.IntVar(&c.SeqRequests, "seq-requests", 2000, "cap on seq-miss requests")
@@ -152,8 +173,8 @@ func (c *gatewayConfig) setLists(scenarios, proxyClients string) []error {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		if !slices.Contains(gatewayScenarios, s) {
-			errs = append(errs, fmt.Errorf("gateway: unknown scenario %q (want %s)", s, strings.Join(gatewayScenarios, ", ")))
+		if !slices.Contains(knownScenarios(), s) {
+			errs = append(errs, fmt.Errorf("gateway: unknown scenario %q (want %s)", s, strings.Join(knownScenarios(), ", ")))
 			continue
 		}
 		c.Scenarios = append(c.Scenarios, s)
@@ -172,6 +193,23 @@ func (c *gatewayConfig) setLists(scenarios, proxyClients string) []error {
 	return errs
 }
 
+// setBudgets parses the comma-separated --fail-open-budgets into c.
+func (c *gatewayConfig) setBudgets(list string) []error {
+	var errs []error
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		d, err := time.ParseDuration(p)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("gateway: --fail-open-budgets: %q is not a duration > 0", p))
+			continue
+		}
+		c.FailOpenBudgets = append(c.FailOpenBudgets, d)
+	}
+	return errs
+}
+
 // validate returns an error for every out-of-range field, named by its flag.
 func (c *gatewayConfig) validate() []error {
 	var errs []error
@@ -182,7 +220,8 @@ func (c *gatewayConfig) validate() []error {
 		name string
 		v    int
 	}{{"seq-requests", c.SeqRequests}, {"miss-clients", c.MissClients}, {"hit-clients", c.HitClients},
-		{"hit-texts", c.HitTexts}, {"overload-max-in-flight", c.OverloadFlight}, {"qp-clients", c.QPClients}, {"qp-texts", c.QPTexts}} {
+		{"hit-texts", c.HitTexts}, {"overload-max-in-flight", c.OverloadFlight}, {"qp-clients", c.QPClients}, {"qp-texts", c.QPTexts},
+		{"fail-open-clients", c.FailOpenClients}, {"fail-open-words", c.FailOpenWords}} {
 		if f.v < 1 {
 			errs = append(errs, fmt.Errorf("gateway: --%s must be >= 1, got %d", f.name, f.v))
 		}
@@ -259,7 +298,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	env := &gwEnv{cfg: c, rows: rows, misses: misses, logDir: logDir, stderr: stderr}
 	rep := &GatewayReport{Command: commandLine("gateway", args), Machine: report.DescribeMachine(), Config: c}
 
-	needMain := slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "proxy-cost" })
+	needMain := slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "proxy-cost" && s != "fail-open" })
 	if needMain {
 		logPath := filepath.Join(logDir, "gateway.log")
 		fmt.Fprintf(stderr, "starting %s (log %s) ...\n", c.Bin, logPath)
@@ -278,11 +317,19 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	if slices.Contains(c.Scenarios, "proxy-cost") {
-		fmt.Fprintln(stderr, "scenario proxy-cost ...")
-		res, err := scenarioProxyCost(ctx, env)
+	// These two start their own gateways.
+	for _, sc := range []struct {
+		name string
+		fn   func(context.Context, *gwEnv) (report.Scenario, error)
+	}{{"proxy-cost", scenarioProxyCost}, {"fail-open", scenarioFailOpen}} {
+		name, fn := sc.name, sc.fn
+		if !slices.Contains(c.Scenarios, name) {
+			continue
+		}
+		fmt.Fprintf(stderr, "scenario %s ...\n", name)
+		res, err := fn(ctx, env)
 		if err != nil {
-			return fmt.Errorf("proxy-cost: %w", err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		rep.Scenarios = append(rep.Scenarios, res)
 	}
