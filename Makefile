@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway bench-cascade bench-fail-open bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway bench-cascade bench-fail-open bench-aiperf train clean help
 
 all: build
 
@@ -70,7 +70,12 @@ test-train-example:
 	  --output-dir=$(DEPS)/ci-example --output classifier.executed.ipynb classifier.ipynb
 	$(VENV)/bin/python scripts/check_export.py $(DEPS)/ci-example
 
-test-python: build
+# aiperf (NVIDIA's benchmark client, ~1.2 GB of dependencies in its own venv) is needed only by
+# tests/test_aiperf.py and make bench-aiperf, so it is not part of the setup make run needs.
+setup-aiperf:
+	@scripts/setup.sh aiperf
+
+test-python: build setup-aiperf
 	$(VENV)/bin/python -m pytest -q tests/
 
 bench: bench-classifier bench-gateway
@@ -105,7 +110,7 @@ bench-fail-open: build
 	done
 
 # The gateway's own cost as NVIDIA's aiperf measures it (README "Measure it yourself").
-bench-aiperf: build
+bench-aiperf: build setup-aiperf
 	bench/aiperf/measure.sh
 
 train: setup

@@ -6,9 +6,11 @@
 # registry through its ordinary client (pip, the Go module proxy, cargo,
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
-#   scripts/setup.sh            all steps
+#   scripts/setup.sh            the default steps (ort tok encoders venv)
 #   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf prom redis)
 #
+# `aiperf` (a 1.2 GB test-only venv) is not part of the default set either: make test
+# and make bench-aiperf run it.
 # `prom` and `redis` are not part of the default set: they install the Debian
 # packages prometheus (promtool and the server, for the deploy/ checks) and
 # redis-server (fleet mode's tests) and need root; `make test` runs them.
@@ -219,7 +221,7 @@ redis_major() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv aiperf)
+[ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
 for s in "${steps[@]}"; do
   case "$s" in
     ort|tok|encoders|venv|aiperf|prom|redis) "step_$s" ;;
