@@ -77,6 +77,16 @@ type ServerConfig struct {
 	// QueryProcessMaxTokens is max_tokens of the small chat completion that
 	// POST /v1/query-process runs on the chosen pool. Default 16.
 	QueryProcessMaxTokens int `yaml:"query_process_max_tokens"`
+	// MaxConnections bounds the client connections open at once, idle keep-alive ones
+	// included; one more is answered 503 too_many_connections and closed. Request bodies are
+	// read as they arrive, so a connection holds 12–37 KiB (measured: stalled headers, a
+	// stalled body) plus at most twice the body bytes it really sent, never the length it
+	// declares; this bounds what clients can hold. Default 10000.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerIP bounds the connections open at once from one client address; one
+	// more is answered 429 too_many_connections_per_ip and closed. 0 (the default) disables
+	// it: behind a load balancer or ingress every client shares its address.
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
 }
 
 // DefaultServerConfig returns the server defaults documented on ServerConfig.
@@ -93,6 +103,8 @@ func DefaultServerConfig() ServerConfig {
 		WriteStallTimeout:     20 * time.Second,
 		IdleTimeout:           2 * time.Minute,
 		QueryProcessMaxTokens: 16,
+		MaxConnections:        10_000,
+		MaxConnectionsPerIP:   0,
 	}
 }
 
@@ -141,6 +153,12 @@ func (c ServerConfig) ValidateAt(path string) error {
 	}
 	if c.QueryProcessMaxTokens < 1 || c.QueryProcessMaxTokens > 4096 {
 		bad("query_process_max_tokens", "must be in [1, 4096], got %d", c.QueryProcessMaxTokens)
+	}
+	if c.MaxConnections < 1 || c.MaxConnections > 1_000_000 {
+		bad("max_connections", "must be in [1, 1000000], got %d", c.MaxConnections)
+	}
+	if c.MaxConnectionsPerIP < 0 || c.MaxConnectionsPerIP > c.MaxConnections {
+		bad("max_connections_per_ip", "must be in [0, max_connections (%d)] (0 disables it), got %d", c.MaxConnections, c.MaxConnectionsPerIP)
 	}
 	return errors.Join(errs...)
 }

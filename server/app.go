@@ -32,12 +32,16 @@ type handlerFunc func(c *fiber.Ctx, rq *request) error
 func (s *Server) newApp() *fiber.App {
 	sc := s.cfg.Server
 	app := fiber.New(fiber.Config{
-		AppName:               "triage",
-		BodyLimit:             sc.BodyLimit,
-		ReadTimeout:           sc.ReadTimeout,
-		WriteTimeout:          sc.WriteTimeout,
-		IdleTimeout:           sc.IdleTimeout,
-		ReadBufferSize:        16 << 10, // request headers; larger ones get 431
+		AppName:        "triage",
+		BodyLimit:      sc.BodyLimit,
+		ReadTimeout:    sc.ReadTimeout,
+		WriteTimeout:   sc.WriteTimeout,
+		IdleTimeout:    sc.IdleTimeout,
+		ReadBufferSize: 16 << 10, // request headers; larger ones get 431
+		// Bodies are read by readBody as they arrive, not allocated at their declared length.
+		StreamRequestBody: true,
+		// Idle keep-alive connections give their read and write buffers back.
+		ReduceMemoryUsage:     true,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.handleFiberError,
 	})
@@ -62,6 +66,7 @@ func (s *Server) newApp() *fiber.App {
 	// error handler runs; answer it here in the same JSON shape as everything else.
 	inner := app.Server().Handler
 	app.Server().Handler = func(ctx *fasthttp.RequestCtx) {
+		defer s.finishBody(ctx)
 		if !knownMethod(ctx.Method()) {
 			s.rejectMethod(ctx)
 			return
@@ -118,7 +123,9 @@ func (s *Server) endpoint(name string, h handlerFunc) fiber.Handler {
 					err = fmt.Errorf("handler panicked: %v", p)
 				}
 			}()
-			err = h(c, rq)
+			if err = s.readBody(c); err == nil {
+				err = h(c, rq)
+			}
 		}()
 		if err != nil {
 			s.writeError(c, err)

@@ -144,8 +144,11 @@ func (s *Server) Run(ctx context.Context) error {
 	coreWG.Go(func() { report(failed, "fast pool", s.fast.Run(coreCtx)) })
 	coreWG.Go(func() { report(failed, "slow pool", s.slow.Run(coreCtx)) })
 
+	sc := s.cfg.Server
+	conns := newConnListener(s.ln, sc.MaxConnections, sc.MaxConnectionsPerIP, s.m, s.log,
+		func(err error) []byte { return rawErrorResponse(err, s.log) })
 	served := make(chan error, 1)
-	go func() { served <- s.app.Listener(s.ln) }()
+	go func() { served <- s.app.Listener(conns) }()
 	s.log.Info("triage listening", "addr", s.ln.Addr().String(), "model_version", s.router.Version(),
 		"fast_pool", s.fast.Name(), "slow_pool", s.slow.Name(), "decision_policy", s.router.Policy())
 
@@ -172,7 +175,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// fasthttp closes only listeners it has started serving; if ctx ended before Serve got
 	// going, closing ours makes it return at once.
-	s.ln.Close()
+	conns.Close()
 	select {
 	case <-s.active.idle():
 	case <-shutCtx.Done():
