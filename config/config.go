@@ -36,6 +36,7 @@ type Config struct {
 	Sim        SimConfig            `yaml:"sim"`
 	Fleet      fleet.Config         `yaml:"fleet"`
 	Admin      AdminConfig          `yaml:"admin"`
+	Auth       AuthConfig           `yaml:"auth"`
 	Log        LogConfig            `yaml:"log"`
 }
 
@@ -278,6 +279,37 @@ func (c AdminConfig) ValidateAt(path string) error {
 	return errors.Join(errs...)
 }
 
+// AuthConfig is client authentication on the /v1/ endpoints (docs/security.md).
+type AuthConfig struct {
+	// KeysFile is a YAML file of API keys, each stored as the SHA-256 digest of the key with a
+	// name and an optional token bucket (see docs/security.md for its format); with it set,
+	// every /v1/ request needs "Authorization: Bearer <key>". A Kubernetes Secret mounted as
+	// a directory serves (not through subPath, which is never updated). Empty (the default):
+	// no client authentication.
+	KeysFile string `yaml:"keys_file"`
+	// ReloadInterval is how often KeysFile is read again; a changed file that parses replaces
+	// the keys, one that does not is logged and the old keys stay. 0 reads it only at
+	// startup. Default 10s.
+	ReloadInterval time.Duration `yaml:"reload_interval"`
+}
+
+// DefaultAuthConfig returns no client authentication, re-reading a keys file every 10s once
+// one is set.
+func DefaultAuthConfig() AuthConfig { return AuthConfig{ReloadInterval: 10 * time.Second} }
+
+// ValidateAt reports a negative reload interval or a padded path, named from path ("auth").
+// Whether the file exists and parses is checked when the server loads it.
+func (c AuthConfig) ValidateAt(path string) error {
+	var errs []error
+	if c.ReloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("%s.reload_interval: must be >= 0 (0: read only at startup), got %s", path, c.ReloadInterval))
+	}
+	if strings.TrimSpace(c.KeysFile) != c.KeysFile {
+		errs = append(errs, fmt.Errorf("%s.keys_file: must not start or end with whitespace, got %q", path, c.KeysFile))
+	}
+	return errors.Join(errs...)
+}
+
 // LogConfig selects the log level and format.
 type LogConfig struct {
 	// Level is debug, info, warn or error. Default info.
@@ -319,6 +351,7 @@ func DefaultConfig() Config {
 		Sim:        DefaultSimConfig(),
 		Fleet:      fleet.DefaultConfig(),
 		Admin:      AdminConfig{},
+		Auth:       DefaultAuthConfig(),
 		Log:        DefaultLogConfig(),
 	}
 }
@@ -335,6 +368,7 @@ func (c Config) Validate() error {
 		c.Sim.ValidateAt("sim"),
 		c.Fleet.ValidateAt("fleet"),
 		c.Admin.ValidateAt("admin"),
+		c.Auth.ValidateAt("auth"),
 		c.Log.ValidateAt("log"),
 		c.crossChecks(),
 	)

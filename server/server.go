@@ -57,6 +57,7 @@ type Server struct {
 	backends []Backend
 
 	router *router.Router
+	auth   *keyAuth // nil without auth.keys_file
 	fast   *upstream.Pool
 	slow   *upstream.Pool
 
@@ -105,6 +106,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
+	if cfg.Auth.KeysFile != "" {
+		if s.auth, err = newKeyAuth(cfg.Auth.KeysFile, cfg.Auth.ReloadInterval, s.log, s.reg); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.app = s.newApp()
 	return s, nil
@@ -143,6 +149,9 @@ func (s *Server) Run(ctx context.Context) error {
 	coreWG.Go(func() { report(failed, "router", s.router.Run(coreCtx)) })
 	coreWG.Go(func() { report(failed, "fast pool", s.fast.Run(coreCtx)) })
 	coreWG.Go(func() { report(failed, "slow pool", s.slow.Run(coreCtx)) })
+	if s.auth != nil {
+		coreWG.Go(func() { report(failed, "api keys", s.auth.Run(coreCtx)) })
+	}
 
 	sc := s.cfg.Server
 	conns := newConnListener(s.ln, sc.MaxConnections, sc.MaxConnectionsPerIP, s.m, s.log,
