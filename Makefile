@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-prom setup-redis build run test test-go test-notebook test-train-example test-python bench bench-classifier bench-gateway bench-cascade bench-fail-open bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-prom setup-redis build run test test-go test-fuzz test-notebook test-train-example test-python bench bench-classifier bench-gateway bench-cascade bench-fail-open bench-aiperf train clean help
 
 all: build
 
@@ -33,7 +33,7 @@ build: setup
 run: build
 	bin/triage $(ARGS)
 
-test: setup test-go test-notebook test-train-example test-python
+test: setup test-go test-fuzz test-notebook test-train-example test-python
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
@@ -49,6 +49,28 @@ setup-redis:
 test-go: setup-prom setup-redis build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
+# target after the other (9 targets: about 3.5 minutes at 20s, builds included). Each target's
+# seeds (and any crasher committed under <package>/testdata/fuzz/) also run in every plain
+# `go test`. New coverage is minimized for at most 2s so the time goes to fuzzing. A crasher
+# is written by Go to <package>/testdata/fuzz/<Target>/ and copied to out/fuzz-crashers/ for
+# CI to keep; commit it to make it a regression case. `make test-fuzz FUZZTIME=5m` for longer.
+FUZZTIME ?= 20s
+FUZZ_TARGETS := \
+	server:FuzzDecodeQueryProcess server:FuzzDecodeClassify server:FuzzDecodeChat server:FuzzDecodeCompletion \
+	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys \
+	upstream:FuzzCheckHeader config:FuzzConfigYAML
+
+test-fuzz: setup
+	@mkdir -p out/fuzz; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "== fuzz ./$$pkg $$fn for $(FUZZTIME)"; \
+	  if ! $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$$pkg/ >out/fuzz/$$fn.log 2>&1; then \
+	    tail -40 out/fuzz/$$fn.log; mkdir -p out/fuzz-crashers/$$fn; \
+	    cp -r $$pkg/testdata/fuzz/$$fn/. out/fuzz-crashers/$$fn/ 2>/dev/null; \
+	    echo "FAIL $$fn: crasher in $$pkg/testdata/fuzz/$$fn/ (copied to out/fuzz-crashers/$$fn/)"; exit 1; \
+	  fi; tail -1 out/fuzz/$$fn.log; \
+	done
 
 # Re-trains from scratch into a scratch folder and checks that the committed
 # models/ is what the notebook produces (same head, same metrics).

@@ -38,6 +38,7 @@ type Config struct {
 	Sim        SimConfig            `yaml:"sim"`
 	Fleet      fleet.Config         `yaml:"fleet"`
 	Admin      AdminConfig          `yaml:"admin"`
+	Auth       AuthConfig           `yaml:"auth"`
 	Log        LogConfig            `yaml:"log"`
 }
 
@@ -79,6 +80,16 @@ type ServerConfig struct {
 	// QueryProcessMaxTokens is max_tokens of the small chat completion that
 	// POST /v1/query-process runs on the chosen pool. Default 16.
 	QueryProcessMaxTokens int `yaml:"query_process_max_tokens"`
+	// MaxConnections bounds the client connections open at once, idle keep-alive ones
+	// included; one more is answered 503 too_many_connections and closed. Request bodies are
+	// read as they arrive, so a connection holds 12–37 KiB (measured: stalled headers, a
+	// stalled body) plus at most twice the body bytes it really sent, never the length it
+	// declares; this bounds what clients can hold. Default 10000.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerIP bounds the connections open at once from one client address; one
+	// more is answered 429 too_many_connections_per_ip and closed. 0 (the default) disables
+	// it: behind a load balancer or ingress every client shares its address.
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
 }
 
 // DefaultServerConfig returns the server defaults documented on ServerConfig.
@@ -95,6 +106,8 @@ func DefaultServerConfig() ServerConfig {
 		WriteStallTimeout:     20 * time.Second,
 		IdleTimeout:           2 * time.Minute,
 		QueryProcessMaxTokens: 16,
+		MaxConnections:        10_000,
+		MaxConnectionsPerIP:   0,
 	}
 }
 
@@ -143,6 +156,12 @@ func (c ServerConfig) ValidateAt(path string) error {
 	}
 	if c.QueryProcessMaxTokens < 1 || c.QueryProcessMaxTokens > 4096 {
 		bad("query_process_max_tokens", "must be in [1, 4096], got %d", c.QueryProcessMaxTokens)
+	}
+	if c.MaxConnections < 1 || c.MaxConnections > 1_000_000 {
+		bad("max_connections", "must be in [1, 1000000], got %d", c.MaxConnections)
+	}
+	if c.MaxConnectionsPerIP < 0 || c.MaxConnectionsPerIP > c.MaxConnections {
+		bad("max_connections_per_ip", "must be in [0, max_connections (%d)] (0 disables it), got %d", c.MaxConnections, c.MaxConnectionsPerIP)
 	}
 	return errors.Join(errs...)
 }
@@ -262,6 +281,37 @@ func (c AdminConfig) ValidateAt(path string) error {
 	return errors.Join(errs...)
 }
 
+// AuthConfig is client authentication on the /v1/ endpoints (docs/security.md).
+type AuthConfig struct {
+	// KeysFile is a YAML file of API keys, each stored as the SHA-256 digest of the key with a
+	// name and an optional token bucket (see docs/security.md for its format); with it set,
+	// every /v1/ request needs "Authorization: Bearer <key>". A Kubernetes Secret mounted as
+	// a directory serves (not through subPath, which is never updated). Empty (the default):
+	// no client authentication.
+	KeysFile string `yaml:"keys_file"`
+	// ReloadInterval is how often KeysFile is read again; a changed file that parses replaces
+	// the keys, one that does not is logged and the old keys stay. 0 reads it only at
+	// startup. Default 10s.
+	ReloadInterval time.Duration `yaml:"reload_interval"`
+}
+
+// DefaultAuthConfig returns no client authentication, re-reading a keys file every 10s once
+// one is set.
+func DefaultAuthConfig() AuthConfig { return AuthConfig{ReloadInterval: 10 * time.Second} }
+
+// ValidateAt reports a negative reload interval or a padded path, named from path ("auth").
+// Whether the file exists and parses is checked when the server loads it.
+func (c AuthConfig) ValidateAt(path string) error {
+	var errs []error
+	if c.ReloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("%s.reload_interval: must be >= 0 (0: read only at startup), got %s", path, c.ReloadInterval))
+	}
+	if strings.TrimSpace(c.KeysFile) != c.KeysFile {
+		errs = append(errs, fmt.Errorf("%s.keys_file: must not start or end with whitespace, got %q", path, c.KeysFile))
+	}
+	return errors.Join(errs...)
+}
+
 // LogConfig selects the log level and format.
 type LogConfig struct {
 	// Level is debug, info, warn or error. Default info.
@@ -304,6 +354,7 @@ func DefaultConfig() Config {
 		Sim:        DefaultSimConfig(),
 		Fleet:      fleet.DefaultConfig(),
 		Admin:      AdminConfig{},
+		Auth:       DefaultAuthConfig(),
 		Log:        DefaultLogConfig(),
 	}
 }
@@ -320,6 +371,7 @@ func (c Config) Validate() error {
 		c.Sim.ValidateAt("sim"),
 		c.Fleet.ValidateAt("fleet"),
 		c.Admin.ValidateAt("admin"),
+		c.Auth.ValidateAt("auth"),
 		c.Log.ValidateAt("log"),
 		c.crossChecks(),
 	)

@@ -32,20 +32,24 @@ type handlerFunc func(c *fiber.Ctx, rq *request) error
 func (s *Server) newApp() *fiber.App {
 	sc := s.cfg.Server
 	app := fiber.New(fiber.Config{
-		AppName:               "triage",
-		BodyLimit:             sc.BodyLimit,
-		ReadTimeout:           sc.ReadTimeout,
-		WriteTimeout:          sc.WriteTimeout,
-		IdleTimeout:           sc.IdleTimeout,
-		ReadBufferSize:        16 << 10, // request headers; larger ones get 431
+		AppName:        "triage",
+		BodyLimit:      sc.BodyLimit,
+		ReadTimeout:    sc.ReadTimeout,
+		WriteTimeout:   sc.WriteTimeout,
+		IdleTimeout:    sc.IdleTimeout,
+		ReadBufferSize: 16 << 10, // request headers; larger ones get 431
+		// Bodies are read by readBody as they arrive, not allocated at their declared length.
+		StreamRequestBody: true,
+		// Idle keep-alive connections give their read and write buffers back.
+		ReduceMemoryUsage:     true,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.handleFiberError,
 	})
-	app.Post("/v1/query-process", s.endpoint("query_process", s.handleQueryProcess))
-	app.Post("/v1/classify", s.endpoint("classify", s.handleClassify))
-	app.Post("/v1/chat/completions", s.endpoint("chat_completions", s.handleChat))
-	app.Post("/v1/completions", s.endpoint("completions", s.handleCompletions))
-	app.Get("/v1/models", s.endpoint("models", s.handleModels))
+	app.Post("/v1/query-process", s.clientEndpoint("query_process", s.handleQueryProcess))
+	app.Post("/v1/classify", s.clientEndpoint("classify", s.handleClassify))
+	app.Post("/v1/chat/completions", s.clientEndpoint("chat_completions", s.handleChat))
+	app.Post("/v1/completions", s.clientEndpoint("completions", s.handleCompletions))
+	app.Get("/v1/models", s.clientEndpoint("models", s.handleModels))
 	app.Get("/healthz", s.endpoint("healthz", s.handleHealthz))
 	// vLLM's and most OpenAI-compatible servers' liveness route, which benchmark clients and
 	// orchestrators probe.
@@ -65,6 +69,7 @@ func (s *Server) newApp() *fiber.App {
 	// error handler runs; answer it here in the same JSON shape as everything else.
 	inner := app.Server().Handler
 	app.Server().Handler = func(ctx *fasthttp.RequestCtx) {
+		defer s.finishBody(ctx)
 		if !knownMethod(ctx.Method()) {
 			s.rejectMethod(ctx)
 			return
@@ -102,9 +107,18 @@ func (s *Server) rejectMethod(ctx *fasthttp.RequestCtx) {
 }
 
 // endpoint wraps a handler with the request bookkeeping every endpoint shares: in-flight
-// accounting (which a streamed body takes over), panic recovery, the error answer and the
-// requests metric.
-func (s *Server) endpoint(name string, h handlerFunc) fiber.Handler {
+// accounting (which a streamed body takes over), panic recovery, reading the body, the error
+// answer and the requests metric.
+func (s *Server) endpoint(name string, h handlerFunc) fiber.Handler { return s.wrap(name, false, h) }
+
+// clientEndpoint is endpoint for the /v1/ endpoints, which need an API key when
+// auth.keys_file is set: the key is checked before the body is read (an unauthenticated
+// client makes the gateway buffer nothing) and its token bucket charged after.
+func (s *Server) clientEndpoint(name string, h handlerFunc) fiber.Handler {
+	return s.wrap(name, s.auth != nil, h)
+}
+
+func (s *Server) wrap(name string, keyed bool, h handlerFunc) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		rq := &request{arrival: time.Now()}
 		s.active.add()
@@ -121,6 +135,21 @@ func (s *Server) endpoint(name string, h handlerFunc) fiber.Handler {
 					err = fmt.Errorf("handler panicked: %v", p)
 				}
 			}()
+			var key *apiKey
+			if keyed {
+				if key, err = s.auth.authenticate(c); err != nil {
+					c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="triage"`)
+					return
+				}
+			}
+			if err = s.readBody(c); err != nil {
+				return
+			}
+			if key != nil {
+				if err = s.auth.admit(key, len(c.Body())); err != nil {
+					return
+				}
+			}
 			err = h(c, rq)
 		}()
 		if err != nil {

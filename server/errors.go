@@ -98,6 +98,8 @@ func (e *upstreamStatusError) Error() string {
 //
 //	*apiError                                  as built (input errors: 400, 401, 404, 413, 415, ...)
 //	*fiber.Error (router, body limit)          its status, OpenAI-shaped
+//	over server.max_connections                503, Retry-After: 1 (written by connListener)
+//	over server.max_connections_per_ip         429, Retry-After: 1 (written by connListener)
 //	router.ErrQueueFull                        429, Retry-After: 1
 //	router.ErrBudgetExceeded                   429, Retry-After: 1 (routing.fallback: reject)
 //	router.ErrSlowSaturated                    429, Retry-After: 1 (a request pinned to slow)
@@ -132,6 +134,12 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 		return fiberError(fe)
 	case errors.As(err, &uce):
 		return badRequest("unclassifiable_text", "", "%v", uce)
+	case errors.Is(err, errTooManyConnections):
+		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "too_many_connections",
+			message: err.Error(), retryAfter: "1"}
+	case errors.Is(err, errTooManyConnectionsPerIP):
+		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "too_many_connections_per_ip",
+			message: err.Error(), retryAfter: "1"}
 	case errors.Is(err, router.ErrQueueFull):
 		return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "classifier_queue_full",
 			message: "the classifier queue is full; retry shortly", retryAfter: "1"}

@@ -119,7 +119,7 @@ type recorded struct {
 	body   map[string]any
 }
 
-func newFakeUpstream(t *testing.T) *fakeUpstream {
+func newFakeUpstream(t testing.TB) *fakeUpstream {
 	u := &fakeUpstream{}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -233,7 +233,7 @@ type testOptions struct {
 type serverOption func(*config.Config, *testOptions)
 
 // startServer runs a server over two fake upstreams (one replica each) and a fake model.
-func startServer(t *testing.T, opts ...serverOption) *testServer {
+func startServer(t testing.TB, opts ...serverOption) *testServer {
 	t.Helper()
 	fast, slow := newFakeUpstream(t), newFakeUpstream(t)
 	cfg := testConfig([]string{fast.srv.URL}, []string{slow.srv.URL})
@@ -267,7 +267,7 @@ func build(cfg config.Config, o testOptions, ln net.Listener) (*Server, error) {
 }
 
 // run starts cfg on a fresh 127.0.0.1:0 listener.
-func run(t *testing.T, cfg config.Config, o testOptions) (*Server, string, func() error) {
+func run(t testing.TB, cfg config.Config, o testOptions) (*Server, string, func() error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -168,8 +168,11 @@ func TestShutdownCutsWhatOutlivesTheBound(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	require.NoError(t, ts.stop())
-	_, err = io.ReadAll(resp.Body)
-	require.Error(t, err, "the cut stream ends without its terminating chunk")
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, "the cut SSE stream still ends cleanly")
+	require.True(t, strings.HasPrefix(string(b), "data: {}\n\nevent: error\ndata: {\"error\":"), "%s", b)
+	require.Contains(t, string(b), `"code":"shutting_down"`)
+	require.True(t, strings.HasSuffix(string(b), "\n\ndata: [DONE]\n\n"), "%s", b)
 	require.Equal(t, 0, ts.active.count())
 	require.True(t, ts.model.closed.Load())
 }

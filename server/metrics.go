@@ -14,6 +14,9 @@ type metrics struct {
 	routerLatency prometheus.Histogram   // arrival → decision
 	inflight      prometheus.Gauge
 	writeStalls   prometheus.Counter
+	connsOpen     prometheus.Gauge
+	connsRejected *prometheus.CounterVec // reason
+	bodyTimeouts  prometheus.Counter
 }
 
 // newMetrics builds the server's metrics and registers them, with the Go and process
@@ -39,9 +42,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_client_write_stalls_total",
 			Help: "Responses cut because one write to the client blocked longer than server.write_stall_timeout (a client that stopped reading).",
 		}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "triage_server_connections_open",
+			Help: "Client connections open now, idle keep-alive ones included (bounded by server.max_connections).",
+		}),
+		connsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_server_connections_rejected_total",
+			Help: "Client connections answered with an error and closed because a limit was reached (reason: max_connections, max_connections_per_ip).",
+		}, []string{"reason"}),
+		bodyTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "triage_server_body_read_timeouts_total",
+			Help: "Requests answered 408 because their body did not arrive within server.read_timeout.",
+		}),
+	}
+	for _, r := range []string{"max_connections", "max_connections_per_ip"} {
+		m.connsRejected.WithLabelValues(r)
 	}
 	all := []prometheus.Collector{
-		m.requests, m.routerLatency, m.inflight, m.writeStalls,
+		m.requests, m.routerLatency, m.inflight, m.writeStalls, m.connsOpen, m.connsRejected, m.bodyTimeouts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}

@@ -121,6 +121,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	copyResponseHeader(c, resp.Header)
 	st := &stream{
 		body:    resp.Body,
+		src:     resp.Body,
 		log:     s.log,
 		pool:    r.Pool.Name(),
 		replica: resp.ReplicaID,
@@ -132,6 +133,13 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 			dl.end()
 			rq.finish()
 		},
+	}
+	if resp.Status == http.StatusOK && isEventStream(resp.Header.Get("Content-Type")) {
+		st.sse = newSSEFramer(resp.Body, func(err error) []byte {
+			st.reported = true // errorResponse logs it
+			return sseErrorEvent(errorResponse(err, s.log))
+		})
+		st.src = st.sse
 	}
 	handedOff = true
 	rq.deferred = true
@@ -177,8 +185,17 @@ func copyResponseHeader(c *fiber.Ctx, h http.Header) {
 // stream is the response body handed to fasthttp: it reads the replica's body as is and, on
 // Close (exactly once, whatever ended the response), closes it — which cancels the upstream
 // request if it had not finished — and runs done (slot release, request accounting).
+//
+// An SSE answer (200, text/event-stream) is read through an sseFramer, so that a replica
+// that breaks off mid-stream leaves the client a clean end: the events sent whole, an error
+// event in the OpenAI error shape, [DONE], and the chunked body's terminator. Any other body
+// that breaks off ends without its terminating chunk, which the client sees as an incomplete
+// response.
 type stream struct {
 	body          io.ReadCloser
+	src           io.Reader  // body, or sse reading it
+	sse           *sseFramer // nil unless the answer is an SSE stream
+	reported      bool       // the break was logged when the error event was built
 	log           *slog.Logger
 	pool, replica string
 	done          func()
@@ -198,8 +215,10 @@ type stream struct {
 }
 
 func (st *stream) Read(p []byte) (int, error) {
-	n, err := st.body.Read(p)
+	n, err := st.src.Read(p)
 	switch {
+	case st.sse != nil:
+		st.eof, st.err = st.sse.eof, st.sse.err
 	case errors.Is(err, io.EOF):
 		st.eof = true
 	case err != nil && st.err == nil:
@@ -228,7 +247,7 @@ func (st *stream) Close() error {
 			// keep-alive connection must not inherit ours (TestStallDeadlineDoesNotOutliveItsStream).
 			_ = st.conn.SetWriteDeadline(time.Time{})
 		}
-		if st.err != nil {
+		if st.err != nil && !st.reported {
 			st.log.Warn("upstream stream broke off", "pool", st.pool, "replica", st.replica, "err", st.err)
 		}
 		st.done()

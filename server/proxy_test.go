@@ -324,10 +324,10 @@ func TestStallDeadlineDoesNotOutliveItsStream(t *testing.T) {
 }
 
 // A replica that accepts and never answers is caught by the per-attempt first-byte timeout
-// (which the config now requires to be shorter than the request timeout), answered 504 with
-// x-router-replica, counted against it, and ejected; the rest of the traffic goes on to the
-// healthy replica. Before, the request timeout always fired first, the hung replica was never
-// marked, and every request sent to it waited the full request timeout.
+// (which the config requires to be shorter than the request timeout), counted against it and
+// ejected, and each request it held goes on to the healthy replica: no client sees it. Before
+// the request timeout always fired first and the hung replica was never marked; then each
+// request it held was a 504 naming it.
 func TestHungReplicaIsEjected(t *testing.T) {
 	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
@@ -345,24 +345,38 @@ func TestHungReplicaIsEjected(t *testing.T) {
 	cfg.Pools.Fast.PassiveEjection.ConsecutiveFailures = 2
 	s, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
 
-	timeouts := 0
 	for range 12 {
-		start := time.Now()
 		resp, body := postJSON(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi p=0.1"}]}`)
-		switch resp.StatusCode {
-		case http.StatusOK:
-			require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
-		case http.StatusGatewayTimeout:
-			timeouts++
-			require.Equal(t, "fast-0", resp.Header.Get(HeaderReplica), "a 504 names its replica")
-			require.Less(t, time.Since(start), 2*time.Second, "the first-byte timeout, not the request timeout")
-			require.Equal(t, "upstream fast/fast-0: no response in time", apiErr(t, body).Message)
-		default:
-			t.Fatalf("status %d: %s", resp.StatusCode, body)
-		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
 	}
-	require.Equal(t, 2, timeouts, "two timeouts eject it; nothing more is sent there")
 	require.Equal(t, upstream.StateEjected, s.fast.Replicas()[0].State)
+	_, metrics := do(t, http.MethodGet, url+"/metrics", "", nil)
+	require.Contains(t, string(metrics), `triage_upstream_requests_total{outcome="retried",pool="fast",replica="fast-0"} 2`,
+		"two timeouts, each retried, eject it; nothing more is sent there")
+}
+
+// With no other replica, the first-byte timeout is a 504 naming the hung replica.
+func TestHungOnlyReplicaIs504(t *testing.T) {
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(hung.Close)
+	cfg := testConfig([]string{hung.URL}, []string{newFakeUpstream(t).srv.URL})
+	cfg.Server.RequestTimeout = 5 * time.Second
+	cfg.Pools.Fast.Timeouts.FirstByte = upstream.Duration(200 * time.Millisecond)
+	cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Second)
+	_, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
+	start := time.Now()
+	resp, body := postJSON(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi p=0.1"}]}`)
+	require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, "%s", body)
+	require.Equal(t, "fast-0", resp.Header.Get(HeaderReplica), "a 504 names its replica")
+	require.Less(t, time.Since(start), 2*time.Second, "the first-byte timeout, not the request timeout")
+	require.Equal(t, "upstream fast/fast-0: no response in time", apiErr(t, body).Message)
 }
 
 func TestFirstByteMustBeShorterThanTheRequestTimeout(t *testing.T) {

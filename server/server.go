@@ -57,6 +57,7 @@ type Server struct {
 	backends []Backend
 
 	router *router.Router
+	auth   *keyAuth // nil without auth.keys_file
 	fast   *upstream.Pool
 	slow   *upstream.Pool
 
@@ -105,6 +106,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
+	if cfg.Auth.KeysFile != "" {
+		if s.auth, err = newKeyAuth(cfg.Auth.KeysFile, cfg.Auth.ReloadInterval, s.log, s.reg); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.app = s.newApp()
 	return s, nil
@@ -143,9 +149,15 @@ func (s *Server) Run(ctx context.Context) error {
 	coreWG.Go(func() { report(failed, "router", s.router.Run(coreCtx)) })
 	coreWG.Go(func() { report(failed, "fast pool", s.fast.Run(coreCtx)) })
 	coreWG.Go(func() { report(failed, "slow pool", s.slow.Run(coreCtx)) })
+	if s.auth != nil {
+		coreWG.Go(func() { report(failed, "api keys", s.auth.Run(coreCtx)) })
+	}
 
+	sc := s.cfg.Server
+	conns := newConnListener(s.ln, sc.MaxConnections, sc.MaxConnectionsPerIP, s.m, s.log,
+		func(err error) []byte { return rawErrorResponse(err, s.log) })
 	served := make(chan error, 1)
-	go func() { served <- s.app.Listener(s.ln) }()
+	go func() { served <- s.app.Listener(conns) }()
 	s.log.Info("triage listening", "addr", s.ln.Addr().String(), "model_version", s.router.Version(),
 		"fast_pool", s.fast.Name(), "slow_pool", s.slow.Name(), "decision_policy", s.router.Policy())
 
@@ -172,7 +184,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// fasthttp closes only listeners it has started serving; if ctx ended before Serve got
 	// going, closing ours makes it return at once.
-	s.ln.Close()
+	conns.Close()
 	select {
 	case <-s.active.idle():
 	case <-shutCtx.Done():

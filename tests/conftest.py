@@ -45,10 +45,15 @@ class Mock:
     def __init__(self, name, preset, *extra):
         self.port = free_port()
         self.name = name
+        self.preset = preset
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix=f"mockllm-{name}-", suffix=".log", delete=False)
+        self.start(*extra)
+
+    def start(self, *extra):
+        """(Re)starts the replica on its port with the given extra flags."""
         self.proc = subprocess.Popen(
-            [str(BIN / "mockllm"), "--listen", f"127.0.0.1:{self.port}", "--name", name, "--preset", preset,
+            [str(BIN / "mockllm"), "--listen", f"127.0.0.1:{self.port}", "--name", self.name, "--preset", self.preset,
              "--log-level", "warn", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         wait_http(self.url + "/health", proc=self.proc)
@@ -60,7 +65,7 @@ class Mock:
 
 
 class Gateway:
-    def __init__(self, fast, slow, extra_yaml=""):
+    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tempfile.NamedTemporaryFile("w", prefix="triage-", suffix=".yaml", delete=False)
@@ -69,7 +74,9 @@ class Gateway:
             lines = [f"  {name}:", f"    name: {name}", f"    model: {model}", "    replicas:"]
             lines += [f"      - url: {m.url}\n        id: {m.name}" for m in mocks]
             lines += ["    health_check:", "      interval: 500ms", "      timeout: 400ms",
-                      "    passive_ejection:", "      consecutive_failures: 1", "      cooldown: 30s"]
+                      "    passive_ejection:", "      consecutive_failures: 1", f"      cooldown: {cooldown}"]
+            if first_byte:
+                lines += ["    timeouts:", f"      first_byte: {first_byte}"]
             return "\n".join(lines)
 
         cfg.write("pools:\n" + pool("fast", "small-model", fast) + "\n" + pool("slow", "big-model", slow) + "\n" + extra_yaml)

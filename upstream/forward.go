@@ -112,13 +112,13 @@ func (r *Response) SetOutputTokens(n int) {
 // Steps: admission (ErrRejected), pick among available replicas below their
 // in-flight cap (ErrNoHealthyReplica when none), send. An attempt that fails
 // before any response byte, with a connection error (refused, reset or
-// closed before headers) or with status 502, 503 or 429, is retried once on
-// another replica while ctx is alive; if no other replica is available the
-// first attempt's result stands (a 502/503/429 response is then returned as a
-// response). Nothing is retried after response headers arrive, nor after a
-// first-byte timeout (the replica may be working; a second wait would double
-// the client's), nor on 500 or 504. A 429, or a 503 with Retry-After, means
-// the replica is busy: it never counts toward ejection.
+// closed before headers), a first-byte timeout or status 500, 502, 503 or
+// 429, is retried once on another replica while ctx is alive (ctx's deadline
+// bounds the retry's wait); if no other replica is available the first
+// attempt's result stands (a 500/502/503/429 response is then returned as a
+// response). Nothing is retried once response headers have been handed to
+// the caller, nor on 501, 504 or other statuses. A 429, or a 503 with
+// Retry-After, means the replica is busy: it never counts toward ejection.
 //
 // Errors: ErrRejected and ErrNoHealthyReplica (wrapped), ErrInvalidBody
 // when SetModel is set and Body is not a JSON object, ErrInvalidRequest
@@ -191,7 +191,7 @@ type attempt struct {
 	ttfb time.Duration
 	err  error   // set when they did not
 	fail outcome // with err
-	// retry: a connection-level failure before the first byte.
+	// retry: a connection-level failure or a first-byte timeout, before the first byte.
 	retry bool
 }
 
@@ -245,6 +245,7 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id,
 			Err: fmt.Errorf("%w: no response headers within %s", ErrUpstreamTimeout, firstByte)}
 		a.fail = outcomeTimeout
+		a.retry = true
 		p.observe(r, false)
 	default:
 		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id, Err: err}
@@ -255,12 +256,14 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 	return a
 }
 
-// retryable: failed before the first byte in a way another replica may not, or answered
-// that it is busy.
+// retryable: failed before the first byte in a way another replica may not (connection
+// failure, first-byte timeout, 500, 502, 503), or answered that it is busy (429). Nothing has
+// reached the client yet, so another replica may answer instead. 501, 504 and other 5xx are
+// not retried: they say something about the request or about a path beyond the replica.
 func (a *attempt) retryable() bool {
 	if a.resp != nil {
 		switch a.resp.StatusCode {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests:
 			return true
 		}
 		return false

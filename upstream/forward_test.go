@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -188,6 +189,21 @@ func TestDoRetriesOnceBeforeFirstByte(t *testing.T) {
 				http.Error(w, "bad gateway", http.StatusBadGateway)
 			}).URL
 		}, "retried"},
+		// A 500 before any byte is this replica's failure (vLLM answers 500 when its engine
+		// breaks); the client has seen nothing, so another replica may answer instead.
+		{"500 from replica", func(t *testing.T) string {
+			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "engine dead", http.StatusInternalServerError)
+			}).URL
+		}, "retried"},
+		// A replica that accepts and never answers: after its first-byte timeout the request
+		// goes to another replica while the request's own deadline allows.
+		{"first-byte timeout", func(t *testing.T) string {
+			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body) // net/http notices the client leaving only once the body is read
+				<-r.Context().Done()
+			}).URL
+		}, "retried"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,6 +215,7 @@ func TestDoRetriesOnceBeforeFirstByte(t *testing.T) {
 			})
 			cfg := testConfig(tt.first(t), good.URL)
 			cfg.Replicas[1].Model = "r1-model"
+			cfg.Timeouts.FirstByte = Duration(200 * time.Millisecond)
 			picker := preferring("r0", "r1")
 			var done doneLog
 			picker.done = done.record
@@ -228,18 +245,33 @@ func TestDoRetriesOnceBeforeFirstByte(t *testing.T) {
 }
 
 func TestDoDoesNotRetry(t *testing.T) {
-	t.Run("500 from replica", func(t *testing.T) {
-		var hits atomic.Int32
+	for _, status := range []int{http.StatusNotImplemented, http.StatusGatewayTimeout} {
+		t.Run(fmt.Sprintf("%d from replica", status), func(t *testing.T) {
+			var hits atomic.Int32
+			bad := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "boom", status)
+			})
+			good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+			f := newFixture(t, testConfig(bad.URL, good.URL), preferring("r0"), nil)
+			resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
+			require.NoError(t, err)
+			require.Equal(t, status, resp.Status)
+			require.NoError(t, resp.Body.Close())
+			require.Zero(t, hits.Load())
+			require.Equal(t, 1.0, f.outcomes(t, "r0", "error_status"))
+		})
+	}
+
+	t.Run("only one replica: its 500 passes through", func(t *testing.T) {
 		bad := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "boom", http.StatusInternalServerError)
 		})
-		good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
-		f := newFixture(t, testConfig(bad.URL, good.URL), preferring("r0"), nil)
+		f := newFixture(t, testConfig(bad.URL), &stubPicker{}, nil)
 		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusInternalServerError, resp.Status)
 		require.NoError(t, resp.Body.Close())
-		require.Zero(t, hits.Load())
+		require.False(t, resp.Retried)
 		require.Equal(t, 1.0, f.outcomes(t, "r0", "error_status"))
 	})
 
@@ -293,21 +325,32 @@ func TestDoDoesNotRetry(t *testing.T) {
 		require.Equal(t, 1, f.pool.Replicas()[0].ConsecutiveFailures)
 	})
 
-	t.Run("first-byte timeout", func(t *testing.T) {
-		var hits atomic.Int32
+	t.Run("first-byte timeout, only one replica", func(t *testing.T) {
 		slow := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-		good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
-		cfg := testConfig(slow.URL, good.URL)
+		cfg := testConfig(slow.URL)
 		cfg.Timeouts.FirstByte = Duration(50 * time.Millisecond)
-		f := newFixture(t, cfg, preferring("r0"), nil)
+		f := newFixture(t, cfg, &stubPicker{}, nil)
 
 		_, err := f.pool.Do(context.Background(), &ForwardRequest{Path: "/"})
 		require.ErrorIs(t, err, ErrUpstreamTimeout)
 		var ue *UpstreamError
 		require.ErrorAs(t, err, &ue)
-		require.Zero(t, hits.Load())
 		require.Equal(t, 1.0, f.outcomes(t, "r0", "timeout"))
 		require.Equal(t, 0, f.pool.InFlight())
+	})
+
+	t.Run("first-byte timeout when the request's deadline has passed", func(t *testing.T) {
+		var hits atomic.Int32
+		slow := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+		cfg := testConfig(slow.URL, good.URL)
+		cfg.Timeouts.FirstByte = Duration(time.Minute)
+		f := newFixture(t, cfg, preferring("r0"), nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := f.pool.Do(ctx, &ForwardRequest{Path: "/"})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Zero(t, hits.Load(), "no time is left for another replica")
 	})
 }
 

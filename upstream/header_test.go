@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
@@ -86,4 +87,28 @@ func TestReplicaHeaderValuesAreValidatedAtLoad(t *testing.T) {
 	cfg := testConfig("http://127.0.0.1:1")
 	cfg.Replicas[0].Headers = map[string]string{"Authorization": "Bearer k\x01"}
 	require.ErrorContains(t, cfg.Validate(), "replicas[0].headers")
+}
+
+// FuzzCheckHeader: for any value, CheckHeader accepts it exactly when net/http's client sends
+// it, so a forwarded header that passes the gateway's check can never fail in the transport
+// (where it would look like the replica's fault).
+func FuzzCheckHeader(f *testing.F) {
+	for _, s := range []string{"openai-python/1.0", "a\tb", "a\x00b", "x\r\nY: 1", "\x7f", "obs \xe9\xff", ""} {
+		f.Add(s)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	f.Cleanup(srv.Close)
+	tr := &http.Transport{}
+	f.Cleanup(tr.CloseIdleConnections)
+	f.Fuzz(func(t *testing.T, v string) {
+		req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		req.Header["X-Probe"] = []string{v}
+		resp, rtErr := tr.RoundTrip(req)
+		if rtErr == nil {
+			resp.Body.Close()
+		}
+		ours := CheckHeader("X-Probe", v)
+		require.Equal(t, rtErr == nil, ours == nil, "value %q: net/http err %v, CheckHeader err %v", v, rtErr, ours)
+	})
 }

@@ -61,6 +61,7 @@ type metrics struct {
 	healthy   *prometheus.GaugeVec
 	retries   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
+	evictions *prometheus.CounterVec
 }
 
 // newMetrics registers the upstream metrics on reg. A second call with the
@@ -93,6 +94,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_upstream_ejections_total",
 			Help: "Passive ejections of a replica after consecutive request failures.",
 		}, []string{"pool", "replica"})),
+		evictions: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_policy_evictions_total",
+			Help: "Entries the replica policy dropped from a table keyed by client-chosen values to stay within its bound (table: users, sessions, prefix_blocks).",
+		}, []string{"pool", "table"})),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register upstream metrics: %w", err)

@@ -75,19 +75,6 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
 	}
-	picker, admitter := opts.Picker, opts.Admitter
-	if picker == nil {
-		var err error
-		if picker, err = policy.New(cfg.Policy, policy.Env{Now: opts.Now}); err != nil {
-			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
-		}
-	}
-	if admitter == nil {
-		var err error
-		if admitter, err = NewAdmitter(cfg.Admission); err != nil {
-			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
-		}
-	}
 	reg := opts.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -95,6 +82,21 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+	}
+	picker, admitter := opts.Picker, opts.Admitter
+	if picker == nil {
+		evictions := m.evictions.MustCurryWith(prometheus.Labels{"pool": cfg.Name})
+		env := policy.Env{Now: opts.Now, Evicted: func(table string, n int) {
+			evictions.WithLabelValues(table).Add(float64(n))
+		}}
+		if picker, err = policy.New(cfg.Policy, env); err != nil {
+			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+		}
+	}
+	if admitter == nil {
+		if admitter, err = NewAdmitter(cfg.Admission); err != nil {
+			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+		}
 	}
 	p := &Pool{
 		cfg:       cfg,

@@ -418,3 +418,27 @@ func TestBackgroundPanicIsRecovered(t *testing.T) {
 	})
 	require.Equal(t, 1, calls)
 }
+
+// TestPolicyEvictionsAreCounted: a pool whose policy drops entries keyed by client values
+// (here vtc-basic's users, bounded to 4) counts them in
+// triage_upstream_policy_evictions_total{pool,table}.
+func TestPolicyEvictionsAreCounted(t *testing.T) {
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"usage":{"completion_tokens":1}}`)
+	})
+	cfg := testConfig(srv.URL)
+	cfg.Policy.Name = "vtc-basic"
+	vtc := policy.SectionOf[policy.VTCConfig](cfg.Policy, "vtc")
+	vtc.MaxUsers = 4
+	require.NoError(t, cfg.Policy.SetSection("vtc", vtc))
+	f := newFixture(t, cfg, nil, nil)
+	for i := range 20 {
+		resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions",
+			Body: []byte(`{}`), Routing: policy.Request{User: fmt.Sprintf("u%d", i), InputTokens: 3}})
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	require.Positive(t, f.metric(t, "triage_upstream_policy_evictions_total", map[string]string{"pool": "test", "table": "users"}))
+}

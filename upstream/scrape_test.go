@@ -93,7 +93,7 @@ func TestScrapeOnce(t *testing.T) {
 	require.Equal(t, f.clock.now(), st[0].ScrapedAt)
 	require.False(t, st[1].Fresh, "never scraped")
 
-	resp, err := p.Do(ctx, &ForwardRequest{Path: "/"})
+	resp, err := p.Do(ctx, &ForwardRequest{Path: "/metrics"}) // a 200, so not retried on the dead r1
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, policy.Candidate{ID: "r0", Waiting: 4, Running: 12, KVUtilization: 0.375, Fresh: true, Weight: 1}, seen[0])

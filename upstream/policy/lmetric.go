@@ -35,8 +35,13 @@ type LMetricConfig struct {
 }
 
 func init() {
-	register("lmetric", "lmetric", DefaultLMetricConfig, func(c LMetricConfig, _ Env) (Picker, error) {
-		return picker(NewLMetric(c))
+	register("lmetric", "lmetric", DefaultLMetricConfig, func(c LMetricConfig, env Env) (Picker, error) {
+		p, err := NewLMetric(c)
+		if err == nil {
+			p.evicted = evictFunc(env)
+			p.index.evicted = p.evicted
+		}
+		return picker(p, err)
 	})
 }
 
@@ -107,6 +112,7 @@ type LMetric struct {
 	pending  map[string]int64           // replica ID → pending prefill tokens
 	inflight map[*Request]lmetricCharge // picked and not yet Done
 	sessions *lru[string, string]       // session → replica ID
+	evicted  func(table string, n int)  // Env.Evicted
 	keys     []lmetricKey               // scratch
 	scores   []float64                  // scratch for tracing
 }
@@ -151,6 +157,7 @@ func NewLMetric(cfg LMetricConfig) (*LMetric, error) {
 		index:    newPrefixIndex(cfg.IndexBlocks),
 		pending:  make(map[string]int64),
 		inflight: make(map[*Request]lmetricCharge),
+		evicted:  func(string, int) {},
 	}
 	if cfg.Variant != LMetricPlain {
 		p.sessions = newLRU[string, string](cfg.MaxSessions)
@@ -213,8 +220,8 @@ func (p *LMetric) Pick(req *Request, cands []Candidate) int {
 	charge := lmetricCharge{replica: id, tokens: keys[chosen].newPrefill}
 	p.pending[id] += charge.tokens
 	p.inflight[req] = charge
-	if p.sessions != nil && req.Session != "" {
-		p.sessions.put(req.Session, id)
+	if p.sessions != nil && req.Session != "" && p.sessions.put(req.Session, id) {
+		p.evicted(TableSessions, 1)
 	}
 
 	if t := p.tracer; t != nil {

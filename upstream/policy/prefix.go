@@ -126,10 +126,13 @@ func releaseHashes(buf *[]uint64) {
 type prefixIndex struct {
 	capacity int
 	replicas map[string]*lru[uint64, struct{}]
+	// evicted is told how many blocks each record dropped (Env.Evicted).
+	evicted func(table string, n int)
 }
 
 func newPrefixIndex(capacity int) *prefixIndex {
-	return &prefixIndex{capacity: capacity, replicas: make(map[string]*lru[uint64, struct{}])}
+	return &prefixIndex{capacity: capacity, replicas: make(map[string]*lru[uint64, struct{}]),
+		evicted: func(string, int) {}}
 }
 
 // leadingMatch returns how many leading hashes replica id holds in a row.
@@ -173,8 +176,14 @@ func (x *prefixIndex) record(id string, hashes []uint64) {
 		set = newLRU[uint64, struct{}](x.capacity)
 		x.replicas[id] = set
 	}
+	dropped := 0
 	for i := len(hashes) - 1; i >= 0; i-- {
-		set.put(hashes[i], struct{}{})
+		if set.put(hashes[i], struct{}{}) {
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		x.evicted(TablePrefixBlocks, dropped)
 	}
 }
 
@@ -217,12 +226,13 @@ func (l *lru[K, V]) get(k K) (V, bool) {
 }
 
 // put inserts or updates k and makes it the most recently used entry,
-// evicting the least recently used one when full.
-func (l *lru[K, V]) put(k K, v V) {
+// evicting the least recently used one when full; it reports whether it
+// evicted one.
+func (l *lru[K, V]) put(k K, v V) (evicted bool) {
 	if i, ok := l.slot[k]; ok {
 		l.ents[i].val = v
 		l.moveToFront(i)
-		return
+		return false
 	}
 	var i int32
 	if len(l.ents) < l.capacity {
@@ -233,9 +243,11 @@ func (l *lru[K, V]) put(k K, v V) {
 		delete(l.slot, l.ents[i].key)
 		l.unlink(i)
 		l.ents[i].key, l.ents[i].val = k, v
+		evicted = true
 	}
 	l.slot[k] = i
 	l.pushFront(i)
+	return evicted
 }
 
 func (l *lru[K, V]) moveToFront(i int32) {

@@ -26,8 +26,12 @@ type PrefixCacheConfig struct {
 }
 
 func init() {
-	register("prefix-cache", "prefix_cache", DefaultPrefixCacheConfig, func(c PrefixCacheConfig, _ Env) (Picker, error) {
-		return picker(NewPrefixCache(c))
+	register("prefix-cache", "prefix_cache", DefaultPrefixCacheConfig, func(c PrefixCacheConfig, env Env) (Picker, error) {
+		p, err := NewPrefixCache(c)
+		if err == nil {
+			p.index.evicted = evictFunc(env)
+		}
+		return picker(p, err)
 	})
 }
 

@@ -27,6 +27,28 @@ type Env struct {
 	// Now tells time: vtc-basic's fairness window and the Tracer's record
 	// times. Nil means time.Now.
 	Now func() time.Time
+	// Evicted is told whenever a policy drops n entries from one of its
+	// tables keyed by client-controlled values to stay within the table's
+	// bound: table is TableUsers, TableSessions or TablePrefixBlocks. It is
+	// called with the policy's lock held, so it must be quick and must not
+	// call back into the policy. Nil means evictions are not reported.
+	Evicted func(table string, n int)
+}
+
+// The tables a policy keeps per client-controlled value, each bounded in
+// entries; the values of Env.Evicted's table argument.
+const (
+	TableUsers        = "users"         // vtc-basic: one fairness window per user
+	TableSessions     = "sessions"      // lmetric sticky/unified: session → replica
+	TablePrefixBlocks = "prefix_blocks" // prefix-aware policies: block hashes per replica
+)
+
+// evictFunc is Env.Evicted or a no-op, so the policies never check for nil.
+func evictFunc(env Env) func(string, int) {
+	if env.Evicted == nil {
+		return func(string, int) {}
+	}
+	return env.Evicted
 }
 
 // spec is one registered policy.

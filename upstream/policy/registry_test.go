@@ -182,3 +182,54 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// TestEveryClientKeyedTableReportsEvictions: the tables a policy keeps per client-chosen
+// value (users, sessions, prompt blocks) stay within their bound however many distinct values
+// clients send, and New wires each policy's evictions to Env.Evicted.
+func TestEveryClientKeyedTableReportsEvictions(t *testing.T) {
+	for _, tc := range []struct {
+		name, table string
+		set         func(*Config) error
+	}{
+		{"vtc-basic", TableUsers, func(c *Config) error {
+			v := SectionOf[VTCConfig](*c, "vtc")
+			v.MaxUsers = 8
+			return c.SetSection("vtc", v)
+		}},
+		{"lmetric", TableSessions, func(c *Config) error {
+			v := SectionOf[LMetricConfig](*c, "lmetric")
+			v.Variant, v.MaxSessions = LMetricSticky, 8
+			return c.SetSection("lmetric", v)
+		}},
+		{"lmetric", TablePrefixBlocks, func(c *Config) error {
+			v := SectionOf[LMetricConfig](*c, "lmetric")
+			v.IndexBlocks, v.BlockChars = 8, 4
+			return c.SetSection("lmetric", v)
+		}},
+		{"prefix-cache", TablePrefixBlocks, func(c *Config) error {
+			v := SectionOf[PrefixCacheConfig](*c, "prefix_cache")
+			v.IndexBlocks, v.BlockChars = 8, 4
+			return c.SetSection("prefix_cache", v)
+		}},
+		{"weighted", TablePrefixBlocks, func(c *Config) error {
+			v := SectionOf[WeightedConfig](*c, "weighted")
+			v.IndexBlocks, v.BlockChars = 8, 4
+			return c.SetSection("weighted", v)
+		}},
+	} {
+		t.Run(tc.name+"/"+tc.table, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Name = tc.name
+			require.NoError(t, tc.set(&cfg))
+			got := map[string]int{}
+			p, err := New(cfg, Env{Evicted: func(table string, n int) { got[table] += n }})
+			require.NoError(t, err)
+			cs := cands(0, 0)
+			for i := range 100 {
+				k := fmt.Sprintf("client-%d", i)
+				p.Pick(&Request{Prompt: k, InputTokens: 5, User: k, Session: k}, cs)
+			}
+			require.Positive(t, got[tc.table], "evictions from %s reported: %v", tc.table, got)
+		})
+	}
+}

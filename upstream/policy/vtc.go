@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -33,11 +35,24 @@ type VTCConfig struct {
 	// Defaults 1, 1.
 	FairnessWeight    float64 `yaml:"fairness_weight" json:"fairness_weight"`
 	UtilizationWeight float64 `yaml:"utilization_weight" json:"utilization_weight"`
+	// MaxUsers bounds how many users' windows are kept, whatever the
+	// window: the user is a value the client chooses, so a client sending
+	// a new one on every request would otherwise grow the table for a
+	// whole window. When a new user arrives at the bound, the lightest
+	// eighth of the users are forgotten (a forgotten user only looks
+	// lighter than it was); Env.Evicted counts them. 270 to 380 bytes a
+	// user (keys of 16 to 128 bytes), so 5–8 MB at the default. Default
+	// 20000.
+	MaxUsers int `yaml:"max_users" json:"max_users"`
 }
 
 func init() {
 	register("vtc-basic", "vtc", DefaultVTCConfig, func(c VTCConfig, env Env) (Picker, error) {
-		return picker(NewVTCBasic(c, env.Now))
+		p, err := NewVTCBasic(c, env.Now)
+		if err == nil {
+			p.evicted = evictFunc(env)
+		}
+		return picker(p, err)
 	})
 }
 
@@ -52,6 +67,7 @@ func DefaultVTCConfig() VTCConfig {
 		MaxReplicaLoad:    100,
 		FairnessWeight:    1,
 		UtilizationWeight: 1,
+		MaxUsers:          20_000,
 	}
 }
 
@@ -84,6 +100,9 @@ func (c VTCConfig) ValidateAt(path string) error {
 	}
 	if !validPos(c.MaxReplicaLoad) {
 		errs = append(errs, fmt.Errorf("%s.max_replica_load: must be a finite number > 0, got %v", path, c.MaxReplicaLoad))
+	}
+	if c.MaxUsers < 1 || c.MaxUsers > maxIndexBlocks {
+		errs = append(errs, fmt.Errorf("%s.max_users: must be in [1, %d], got %d", path, maxIndexBlocks, c.MaxUsers))
 	}
 	return errors.Join(errs...)
 }
@@ -122,13 +141,17 @@ const vtcBuckets = 12
 //
 // Traces score candidates by the combined score (lower is better).
 //
+// The table of users is bounded by MaxUsers as well as by the window (see
+// VTCConfig.MaxUsers).
+//
 // Concurrency: one mutex guards the per-user windows.
 type VTCBasic struct {
 	traced
-	cfg   VTCConfig
-	now   func() time.Time
-	width int64 // bucket width in nanoseconds
-	rr    rotor
+	cfg     VTCConfig
+	now     func() time.Time
+	width   int64 // bucket width in nanoseconds
+	rr      rotor
+	evicted func(table string, n int)
 
 	mu        sync.Mutex
 	users     map[string]*vtcUser
@@ -188,6 +211,7 @@ func NewVTCBasic(cfg VTCConfig, now func() time.Time) (*VTCBasic, error) {
 		width:     int64(cfg.Window) / vtcBuckets,
 		users:     make(map[string]*vtcUser),
 		lastSweep: math.MinInt64,
+		evicted:   func(string, int) {},
 	}, nil
 }
 
@@ -223,6 +247,41 @@ func (p *VTCBasic) sweep(epoch int64) {
 	}
 }
 
+// evictLightest makes room for a new user: it forgets the users with
+// nothing left in the window and, if that is not enough, the lightest
+// eighth of the table, then recomputes lo and hi. Evicting a batch keeps the
+// cost per new user constant (one sort per MaxUsers/8 arrivals). Caller
+// holds p.mu.
+func (p *VTCBasic) evictLightest(epoch int64) {
+	type entry struct {
+		name  string
+		total float64
+	}
+	all := make([]entry, 0, len(p.users))
+	for name, u := range p.users {
+		all = append(all, entry{name, u.advance(epoch)})
+	}
+	slices.SortFunc(all, func(a, b entry) int { return cmp.Compare(a.total, b.total) })
+	expired := 0
+	for expired < len(all) && all[expired].total <= 0 {
+		expired++
+	}
+	n := expired
+	if len(all)-n >= p.cfg.MaxUsers {
+		n = len(all) - p.cfg.MaxUsers + max(1, p.cfg.MaxUsers/8)
+	}
+	for _, e := range all[:n] {
+		delete(p.users, e.name)
+	}
+	p.lo, p.hi = 0, 0
+	if n < len(all) {
+		p.lo, p.hi = all[n].total, all[len(all)-1].total
+	}
+	if n > expired {
+		p.evicted(TableUsers, n-expired) // expired users are not evictions: the sweep drops them too
+	}
+}
+
 // charge adds tokens to user's window. Caller holds p.mu.
 func (p *VTCBasic) charge(user string, epoch int64, tokens float64) {
 	if user == "" || tokens <= 0 {
@@ -230,6 +289,9 @@ func (p *VTCBasic) charge(user string, epoch int64, tokens float64) {
 	}
 	u := p.users[user]
 	if u == nil {
+		if len(p.users) >= p.cfg.MaxUsers {
+			p.evictLightest(epoch)
+		}
 		u = &vtcUser{}
 		p.users[user] = u
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,4 +132,42 @@ func TestVTCConfigDefaultsMatchAIBrix(t *testing.T) {
 	require.Equal(t, 2.0, c.OutputTokenWeight)
 	require.Equal(t, 100.0, c.MaxReplicaLoad)
 	require.NoError(t, c.ValidateAt("vtc"))
+}
+
+// TestVTCBoundsUsersByCount: a client that sends a new user on every request grew the
+// per-user table without limit for the whole window. It is now bounded by max_users: beyond
+// it the lightest users are forgotten (a forgotten user only looks lighter than it was), the
+// heavy ones are kept, and every eviction is reported.
+func TestVTCBoundsUsersByCount(t *testing.T) {
+	clock := newFakeClock()
+	cfg := DefaultVTCConfig()
+	cfg.MaxUsers = 100
+	p, err := NewVTCBasic(cfg, clock.Now)
+	require.NoError(t, err)
+	var evicted int
+	p.evicted = func(table string, n int) {
+		require.Equal(t, TableUsers, table)
+		evicted += n
+	}
+	cs := cands(0, 0, 0)
+	p.Pick(&Request{User: "heavy", InputTokens: 50_000}, cs)
+	for i := range 10_000 {
+		p.Pick(&Request{User: fmt.Sprintf("one-off-%d", i), InputTokens: 10}, cs)
+		p.mu.Lock()
+		n := len(p.users)
+		p.mu.Unlock()
+		require.LessOrEqual(t, n, cfg.MaxUsers, "after %d new users", i+1)
+	}
+	require.InDelta(t, 50_000, p.Usage("heavy"), 1e-9, "the heaviest user's window is kept")
+	require.Equal(t, 10_001, evicted+len(p.users), "every user that left was reported")
+	require.Positive(t, evicted)
+
+	// The bucket still sees the heavy user: it stays off the first replica.
+	require.Equal(t, "r2", cs[p.Pick(&Request{User: "heavy", InputTokens: 1}, cs)].ID)
+}
+
+func TestVTCMaxUsersIsValidated(t *testing.T) {
+	c := DefaultVTCConfig()
+	c.MaxUsers = 0
+	require.ErrorContains(t, c.ValidateAt("vtc"), "vtc.max_users: must be in [1,")
 }

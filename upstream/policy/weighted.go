@@ -51,8 +51,12 @@ type WeightedConfig struct {
 }
 
 func init() {
-	register("weighted", "weighted", DefaultWeightedConfig, func(c WeightedConfig, _ Env) (Picker, error) {
-		return picker(NewWeighted(c))
+	register("weighted", "weighted", DefaultWeightedConfig, func(c WeightedConfig, env Env) (Picker, error) {
+		p, err := NewWeighted(c)
+		if err == nil {
+			p.index.evicted = evictFunc(env)
+		}
+		return picker(p, err)
 	})
 }
 
