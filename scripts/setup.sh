@@ -7,11 +7,12 @@
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
 #   scripts/setup.sh            all steps
-#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv prom)
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv prom docker)
 #
-# `prom` is not part of the default set: it installs the Debian package
-# prometheus (promtool and the server, for the deploy/ checks) and needs root;
-# `make test` runs it.
+# `prom` and `docker` are not part of the default set: they install Debian
+# packages (prometheus: promtool and the server, for the deploy/ checks;
+# docker: the engine, docker-compose and debootstrap, for the image and the
+# compose stack) and need root; `make test` runs them.
 #
 # A failed step stops the script with "setup: step <name> failed: <why>".
 set -euo pipefail
@@ -164,12 +165,46 @@ step_prom() {
   say "installed $(prometheus --version 2>&1 | head -1)"
 }
 
+# Docker engine for `make image` and the container tests (make test-docker):
+# Debian's docker.io (dockerd, containerd, runc), docker-compose (v1, Python)
+# and debootstrap (the stand-in base images, scripts/standin-images.sh). Pinned to the
+# upstream versions the tests were written against; the Debian revision is
+# left open so a security rebuild of the same version still installs (an exact
+# revision disappears from deb.debian.org when it is superseded). apt verifies
+# every package against the archive's signed index. Recommends are skipped
+# (apparmor, git, ... are not needed). The daemon is started by
+# scripts/dockerd.sh, not here: no service manager runs on CI machines.
+DOCKER_DEBS=("docker.io=20.10.24+dfsg1-*" "docker-compose=1.29.2-*" "debootstrap=1.0.128+*")
+step_docker() {
+  STEP=docker
+  local want=() spec pkg ver have
+  for spec in "${DOCKER_DEBS[@]}"; do
+    pkg="${spec%%=*}"; ver="${spec#*=}"
+    have="$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' "$pkg" 2>/dev/null || true)"
+    # shellcheck disable=SC2053 # $ver is a glob on purpose
+    if [[ "$have" == "ii "* ]] && [[ "${have#ii  }" == $ver ]]; then continue; fi
+    want+=("$spec")
+  done
+  if [ ${#want[@]} = 0 ]; then say "ok (docker.io, docker-compose, debootstrap)"; return; fi
+  command -v apt-get >/dev/null 2>&1 \
+    || fail "missing ${want[*]} and apt-get not available: install Docker >= 20.10, docker-compose and debootstrap"
+  [ "$(id -u)" = 0 ] || fail "missing ${want[*]}: run this step as root (it uses apt-get)"
+  say "installing ${want[*]} with apt-get"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null \
+    || fail "apt-get install ${want[*]}"
+  for pkg in dockerd docker-compose debootstrap; do
+    command -v "$pkg" >/dev/null 2>&1 || fail "$pkg not on PATH after apt-get install"
+  done
+  say "installed $(dockerd --version)"
+}
+
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
 for s in "${steps[@]}"; do
   case "$s" in
-    ort|tok|encoders|venv|prom) "step_$s" ;;
-    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv prom)" ;;
+    ort|tok|encoders|venv|prom|docker) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv prom docker)" ;;
   esac
 done
 STEP=done
