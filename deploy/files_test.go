@@ -246,7 +246,9 @@ func TestDashboardStructure(t *testing.T) {
 	require.NoError(t, err)
 	prom := c.service(t, "prometheus")
 	require.Equal(t, "prometheus", u.Hostname(), "the datasource must reach the compose service")
-	require.Contains(t, prom.Ports, "9090:"+u.Port())
+	require.Len(t, prom.Ports, 1)
+	published := strings.Split(composeDefaults(prom.Ports[0]), ":") // [address:]host:container
+	require.Equal(t, u.Port(), published[len(published)-1], "the datasource must reach Prometheus' container port")
 }
 
 // ---- Kubernetes -------------------------------------------------------------------------
@@ -723,7 +725,16 @@ type composeService struct {
 	Healthcheck *struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
+	StopGracePeriod string   `yaml:"stop_grace_period"`
+	ReadOnly        bool     `yaml:"read_only"`
+	Tmpfs           []string `yaml:"tmpfs"`
 }
+
+// composeVar matches compose's ${NAME:-default} substitution.
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}`)
+
+// composeDefaults is s as compose reads it with none of its variables set.
+func composeDefaults(s string) string { return composeVar.ReplaceAllString(s, "$2") }
 
 func readYAML(t *testing.T, rel string, v any) {
 	t.Helper()
@@ -779,7 +790,17 @@ func TestComposeStack(t *testing.T) {
 	cfg := loadConfig(t, path(composeConfigPath), envList(env))
 	require.False(t, cfg.Pools.Builtin())
 	gwPort := portOf(t, cfg.Server.Listen)
-	require.Contains(t, gw.Ports, strconv.Itoa(gwPort)+":"+strconv.Itoa(gwPort))
+	// Published on the listen port by default ([address:]host:container, with variables).
+	require.Len(t, gw.Ports, 1)
+	published := strings.Split(composeDefaults(gw.Ports[0]), ":")
+	require.Equal(t, strconv.Itoa(gwPort), published[len(published)-1], "the container port is the listen port")
+	require.Equal(t, strconv.Itoa(gwPort), published[len(published)-2], "published on the same port by default")
+	// The engine's SIGKILL must not cut the drain short, and the root file system is read-only
+	// (the image writes nothing at run time; the container tests run it so too).
+	grace, err := time.ParseDuration(gw.StopGracePeriod)
+	require.NoError(t, err, "service triage: stop_grace_period")
+	require.Greater(t, grace, cfg.Server.ShutdownTimeout, "stop_grace_period must exceed server.shutdown_timeout")
+	require.True(t, gw.ReadOnly, "service triage: read_only")
 
 	// Every replica is a mockllm service of the same image with the pool's preset, listening
 	// on the URL's port; and every mockllm service is a replica.
@@ -788,6 +809,7 @@ func TestComposeStack(t *testing.T) {
 		if slices.Equal(s.Entrypoint, []string{"mockllm"}) {
 			require.Equal(t, gw.Image, s.Image, "service %s runs the gateway's image", name)
 			require.NotNil(t, s.Healthcheck, "service %s must override the image's gateway HEALTHCHECK", name)
+			require.True(t, s.ReadOnly, "service %s: read_only", name)
 			mockllms[name] = s
 		}
 	}
@@ -828,6 +850,6 @@ func TestComposeStack(t *testing.T) {
 	}
 	require.Len(t, seen, len(byTarget), "Prometheus must scrape every replica")
 	for _, s := range []string{"prometheus", "grafana"} {
-		require.Regexp(t, pinnedImage, c.service(t, s).Image, "service %s: pin the image by version", s)
+		require.Regexp(t, pinnedImage, composeDefaults(c.service(t, s).Image), "service %s: pin the image by version", s)
 	}
 }
