@@ -13,7 +13,10 @@
 #             downloads the files itself.
 #   build     docker build -f docker/Dockerfile --build-arg PREBUILT=... .
 #             Layers stay in the engine's cache, so a second build with the
-#             same sources takes seconds.
+#             same sources takes seconds. The build stage is tagged too
+#             ($IMAGE_BUILD): the classic builder keeps a stage's layers as
+#             untagged images, and `docker image prune` would delete the
+#             untagged build stage (and with it minutes of cargo) otherwise.
 #
 # The base images must be present (scripts/standin-images.sh; `make image`
 # runs it first). --network host: the build's RUN steps reach the package
@@ -25,6 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="${DEPS_DIR:-$ROOT/.deps}"
 IMAGE="${IMAGE:-triage:dev}"
 IMAGE_PREBUILT="${IMAGE_PREBUILT:-triage-prebuilt:dev}"
+IMAGE_BUILD="${IMAGE_BUILD:-triage-build:dev}"
 DOCKERFILE="$ROOT/docker/Dockerfile"
 
 STEP=init
@@ -68,5 +72,8 @@ say "docker build -f docker/Dockerfile -t $IMAGE (first build on a machine: seve
 stamp() { local l; while IFS= read -r l; do printf '%(%H:%M:%S)T %s\n' -1 "$l"; done; }
 docker build --network host --build-arg "PREBUILT=$IMAGE_PREBUILT" -f "$DOCKERFILE" -t "$IMAGE" "$ROOT" 2>&1 | stamp \
   || fail "docker build -f docker/Dockerfile (output above)"
+# All cached by now: this only puts a name on the build stage's last layer.
+docker build -q --network host --build-arg "PREBUILT=$IMAGE_PREBUILT" --target build -f "$DOCKERFILE" \
+  -t "$IMAGE_BUILD" "$ROOT" >/dev/null || fail "tagging the build stage as $IMAGE_BUILD"
 size="$(docker image inspect -f '{{.Size}}' "$IMAGE")"
 say "$IMAGE built in $((SECONDS - t0)) s, $((size / 1000000)) MB"
