@@ -34,6 +34,13 @@
 # Images without a recipe (grafana/grafana: Debian does not package Grafana)
 # are reported and left out.
 #
+# A new compose service on a public image (Redis, say): write its image as
+# ${NAME_IMAGE:-public/image:tag} in docker/compose.yaml, and here add a case
+# to recipe() and standin_name(), a make_<recipe> function (make_prometheus
+# is the model: one Debian package on the runtime base) and its
+# docker/standin/<recipe>.Dockerfile. deploy/composeup_test.go then starts it
+# with no change of its own.
+#
 # Everything built here carries the label org.triage.standin=<public name>.
 # A stand-in that is present is kept (like a pulled image); to rebuild them all
 # (a newer Debian point release, say):
