@@ -14,6 +14,7 @@ test-docker` runs this file after `make image`; without the engine or the image 
 """
 import json
 import os
+from datetime import datetime
 import subprocess
 import tempfile
 import threading
@@ -251,19 +252,21 @@ def test_sigterm_drains_the_stream_and_exits_0(replicas):
     process exits 0, well before the engine's SIGKILL at --stop-timeout."""
     c, url = start_gateway("drain", replicas)
     try:
-        tokens = 120  # 20 ms each on the slow replica: a stream of about 2.4 s
+        tokens = 150  # 20 ms each on the slow replica: a stream of about 3 s
         body = {"model": "auto", "stream": True, "max_tokens": tokens, "messages": [{"role": "user", "content": SLOW_PROMPT}]}
         first_chunk = threading.Event()
         result = {}
 
         def stream():
-            events = []
+            events, arrived = [], []
+            result["arrived"] = arrived
             try:
                 with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as r:
                     result["status"] = r.status_code
                     for line in r.iter_lines():
                         if line.startswith("data: "):
                             events.append(line[len("data: "):])
+                            arrived.append(time.time())
                             first_chunk.set()
             except httpx.HTTPError as e:
                 result["error"] = repr(e)
@@ -301,6 +304,15 @@ def test_sigterm_drains_the_stream_and_exits_0(replicas):
         assert c.inspect("{{.State.OOMKilled}}") == "false"
         assert took < STOP_TIMEOUT, f"docker stop took {took:.1f}s: the engine had to SIGKILL"
         logs = c.logs()
-        assert '"msg":"shutting down"' in logs and '"msg":"shutdown complete"' in logs, logs[-3000:]
+        assert '"msg":"shutdown complete"' in logs, logs[-3000:]
+        # The stream was in flight when SIGTERM arrived: tokens kept coming after the gateway
+        # logged the start of its shutdown.
+        sigterm = next((json.loads(line)["time"] for line in logs.splitlines()
+                        if '"msg":"shutting down"' in line), None)
+        assert sigterm, logs[-3000:]
+        day, frac = sigterm.rstrip("Z").split(".")
+        at = datetime.fromisoformat(f"{day}.{frac[:6]}+00:00").timestamp()
+        after = sum(1 for t in result["arrived"] if t > at)
+        assert after >= 10, f"only {after} events arrived after SIGTERM: the drain had nothing to drain"
     finally:
         c.remove()
