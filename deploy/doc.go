@@ -1,9 +1,10 @@
 // Package deploy holds the deployment artifacts' checks; it has no code of its own.
 //
 // The artifacts live in docker/ (Dockerfile, compose stack, Prometheus config, Grafana
-// provisioning and dashboard) and deploy/k8s/ (Kubernetes manifest). None of them can be
-// exercised here the way users run them: CI has no Docker engine and no cluster. The tests
-// of this package check instead, with the real programs:
+// provisioning and dashboard) and deploy/k8s/ (Kubernetes manifest). Two kinds of tests
+// check them.
+//
+// Without a container engine (plain `go test ./...`), with the real programs:
 //
 //   - promtool check config accepts docker/prometheus/prometheus.yml;
 //   - the Grafana dashboard parses, every PromQL expression in it names only metrics that a
@@ -18,15 +19,36 @@
 //     probes, ports, mounts and selectors agree with each other;
 //   - the compose stack is consistent: the gateway config's replicas are the mockllm
 //     services (fast preset in the fast pool, slow in the slow one), Prometheus scrapes
-//     exactly those and the gateway, Grafana's datasource is the one the dashboard uses.
+//     exactly those and the gateway, Grafana's datasource is the one the dashboard uses;
+//     the Dockerfile's bases are pinned, and the two .dockerignore files agree.
 //
-// promtool and prometheus come from the Debian package installed by `scripts/setup.sh prom`
-// (run by `make test`); the tests fail, not skip, without them.
+// With the Docker engine and the image (build tag docker; `make test-docker`, part of
+// `make test`, installs the engine, builds the image and runs them):
+//
+//   - TestImage: the image's configuration (uid 10001, entrypoint, HEALTHCHECK, exactly the
+//     expected environment), its size against the 250 MB goal, its history, and every file
+//     of every layer of `docker save`: no version control or credential files, no build-stage
+//     toolchains, no trace of the build machine (checkout and .deps paths, cargo and rustup
+//     homes, Go module cache, its locally added CA certificates, credential-like environment
+//     values), and the ONNX Runtime and encoder files are the ones setup.sh pins;
+//   - TestComposeUp: docker/compose.yaml under Debian's docker-compose (v1), every service
+//     but Grafana (whose image cannot be pulled here; notRunHere says so), ports on
+//     127.0.0.1; traffic through the gateway, Prometheus scraping every target and counting
+//     the requests, the gateway's HEALTHCHECK, and a graceful stop (exit 0).
+//
+// The container behaviour seen by a client (openai client, read-only root, SIGTERM drain)
+// is tested in tests/docker/ with pytest.
+//
+// promtool and prometheus come from the Debian package installed by `scripts/setup.sh prom`,
+// docker and docker-compose from `scripts/setup.sh docker` (both run by `make test`); the
+// tests fail, not skip, without them.
 //
 // # Concurrency and lifecycle
 //
 // The binaries are built once per test run into a temporary directory (TestMain removes
 // it). The process-based tests start their own gateway, mockllm and Prometheus on
 // 127.0.0.1 (ports chosen by the kernel where the program reports them), and stop them with
-// SIGTERM, then SIGKILL, in t.Cleanup.
+// SIGTERM, then SIGKILL, in t.Cleanup. TestComposeUp runs its stack under a project name of
+// its own and removes it (containers, network, volumes) with `docker-compose down -v` in
+// t.Cleanup.
 package deploy

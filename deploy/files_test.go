@@ -247,7 +247,9 @@ func TestDashboardStructure(t *testing.T) {
 	require.NoError(t, err)
 	prom := c.service(t, "prometheus")
 	require.Equal(t, "prometheus", u.Hostname(), "the datasource must reach the compose service")
-	require.Contains(t, prom.Ports, "9090:"+u.Port())
+	require.Len(t, prom.Ports, 1)
+	published := strings.Split(composeDefaults(prom.Ports[0]), ":") // [address:]host:container
+	require.Equal(t, u.Port(), published[len(published)-1], "the datasource must reach Prometheus' container port")
 }
 
 // ---- Kubernetes -------------------------------------------------------------------------
@@ -571,15 +573,33 @@ var pinnedImage = regexp.MustCompile(`^[a-z0-9./_-]+:v?[0-9][A-Za-z0-9._-]*(@sha
 func TestDockerfile(t *testing.T) {
 	instrs := readDockerfile(t)
 	var stages, runs []string
+	named := map[string]bool{}        // stage names (FROM ... AS name)
+	globalArgs := map[string]string{} // ARG before the first FROM: what FROM ${ARG} can name
 	env := map[string]string{}
 	var user, healthcheck, entrypoint string
 	var expose []string
-	runtimeStage := false
+	runtimeStage, seenFrom := false, false
 	for _, in := range instrs {
 		switch in.cmd {
+		case "ARG":
+			if !seenFrom {
+				k, v, _ := strings.Cut(in.args, "=")
+				globalArgs[k] = strings.Trim(v, `"`)
+			}
 		case "FROM":
+			seenFrom = true
 			f := strings.Fields(in.args)
-			stages = append(stages, f[0])
+			img := f[0]
+			if arg, ok := strings.CutPrefix(img, "${"); ok {
+				// A build argument picks the stage; its default must build without one.
+				def, ok := globalArgs[strings.TrimSuffix(arg, "}")]
+				require.True(t, ok, "FROM %s: no ARG with a default before the first FROM", img)
+				img = def
+			}
+			stages = append(stages, img)
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				named[f[2]] = true
+			}
 			runtimeStage = len(f) == 1 // the unnamed last stage
 		case "COPY":
 			for _, f := range strings.Fields(in.args) {
@@ -606,11 +626,15 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	for _, img := range stages {
-		if img == "build" {
+		if named[img] {
 			continue
 		}
 		require.Regexp(t, pinnedImage, img, "base images must be pinned by version")
 	}
+	raw, err := os.ReadFile(path(dockerfilePath))
+	require.NoError(t, err)
+	require.NotRegexp(t, `(?mi)^#\s*syntax\s*=`, string(raw),
+		"no `# syntax=` directive: BuildKit would fetch the frontend image from a registry")
 	require.GreaterOrEqual(t, len(stages), 2, "multi-stage build")
 	require.True(t, slices.ContainsFunc(runs, func(r string) bool {
 		return strings.Contains(r, "scripts/setup.sh ort tok encoders")
@@ -633,6 +657,28 @@ func TestDockerfile(t *testing.T) {
 	// it loads (and is the built-in default setup).
 	cfg := loadConfig(t, path("config/example.yaml"), envList(env))
 	require.Equal(t, env["TRIAGE_SERVER_LISTEN"], cfg.Server.Listen)
+}
+
+// TestDockerignore keeps the two context filters alike: the classic builder (Docker's
+// without buildx, docker-compose v1: what CI builds with) reads only the root .dockerignore,
+// BuildKit reads docker/Dockerfile.dockerignore next to the Dockerfile.
+func TestDockerignore(t *testing.T) {
+	rules := func(rel string) []string {
+		raw, err := os.ReadFile(path(rel))
+		require.NoError(t, err)
+		var out []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	classic, buildkit := rules(".dockerignore"), rules("docker/Dockerfile.dockerignore")
+	require.Equal(t, classic, buildkit, ".dockerignore and docker/Dockerfile.dockerignore must list the same rules")
+	for _, p := range []string{".git", ".deps", "bin"} {
+		require.Contains(t, classic, p, "the host's %s stays out of the build context", p)
+	}
 }
 
 func envList(m map[string]string) []string {
@@ -680,7 +726,16 @@ type composeService struct {
 	Healthcheck *struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
+	StopGracePeriod string   `yaml:"stop_grace_period"`
+	ReadOnly        bool     `yaml:"read_only"`
+	Tmpfs           []string `yaml:"tmpfs"`
 }
+
+// composeVar matches compose's ${NAME:-default} substitution.
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}`)
+
+// composeDefaults is s as compose reads it with none of its variables set.
+func composeDefaults(s string) string { return composeVar.ReplaceAllString(s, "$2") }
 
 func readYAML(t *testing.T, rel string, v any) {
 	t.Helper()
@@ -736,7 +791,17 @@ func TestComposeStack(t *testing.T) {
 	cfg := loadConfig(t, path(composeConfigPath), envList(env))
 	require.False(t, cfg.Pools.Builtin())
 	gwPort := portOf(t, cfg.Server.Listen)
-	require.Contains(t, gw.Ports, strconv.Itoa(gwPort)+":"+strconv.Itoa(gwPort))
+	// Published on the listen port by default ([address:]host:container, with variables).
+	require.Len(t, gw.Ports, 1)
+	published := strings.Split(composeDefaults(gw.Ports[0]), ":")
+	require.Equal(t, strconv.Itoa(gwPort), published[len(published)-1], "the container port is the listen port")
+	require.Equal(t, strconv.Itoa(gwPort), published[len(published)-2], "published on the same port by default")
+	// The engine's SIGKILL must not cut the drain short, and the root file system is read-only
+	// (the image writes nothing at run time; the container tests run it so too).
+	grace, err := time.ParseDuration(gw.StopGracePeriod)
+	require.NoError(t, err, "service triage: stop_grace_period")
+	require.Greater(t, grace, cfg.Server.ShutdownTimeout, "stop_grace_period must exceed server.shutdown_timeout")
+	require.True(t, gw.ReadOnly, "service triage: read_only")
 
 	// Every replica is a mockllm service of the same image with the pool's preset, listening
 	// on the URL's port; and every mockllm service is a replica.
@@ -745,6 +810,7 @@ func TestComposeStack(t *testing.T) {
 		if slices.Equal(s.Entrypoint, []string{"mockllm"}) {
 			require.Equal(t, gw.Image, s.Image, "service %s runs the gateway's image", name)
 			require.NotNil(t, s.Healthcheck, "service %s must override the image's gateway HEALTHCHECK", name)
+			require.True(t, s.ReadOnly, "service %s: read_only", name)
 			mockllms[name] = s
 		}
 	}
@@ -785,6 +851,6 @@ func TestComposeStack(t *testing.T) {
 	}
 	require.Len(t, seen, len(byTarget), "Prometheus must scrape every replica")
 	for _, s := range []string{"prometheus", "grafana"} {
-		require.Regexp(t, pinnedImage, c.service(t, s).Image, "service %s: pin the image by version", s)
+		require.Regexp(t, pinnedImage, composeDefaults(c.service(t, s).Image), "service %s: pin the image by version", s)
 	}
 }

