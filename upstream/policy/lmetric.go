@@ -106,7 +106,7 @@ type LMetric struct {
 	index    *prefixIndex
 	pending  map[string]int64           // replica ID → pending prefill tokens
 	inflight map[*Request]lmetricCharge // picked and not yet Done
-	sessions *lru[string, string]       // session → replica ID
+	sessions *lru[uint64, string]       // SessionHash(session) → replica ID
 	keys     []lmetricKey               // scratch
 	scores   []float64                  // scratch for tracing
 }
@@ -139,6 +139,7 @@ func (a lmetricKey) tied(b lmetricKey) bool {
 var (
 	_ Picker   = (*LMetric)(nil)
 	_ Finisher = (*LMetric)(nil)
+	_ Sharer   = (*LMetric)(nil)
 )
 
 // NewLMetric validates cfg and returns an lmetric picker.
@@ -153,7 +154,7 @@ func NewLMetric(cfg LMetricConfig) (*LMetric, error) {
 		inflight: make(map[*Request]lmetricCharge),
 	}
 	if cfg.Variant != LMetricPlain {
-		p.sessions = newLRU[string, string](cfg.MaxSessions)
+		p.sessions = newLRU[uint64, string](cfg.MaxSessions)
 	}
 	return p, nil
 }
@@ -214,7 +215,7 @@ func (p *LMetric) Pick(req *Request, cands []Candidate) int {
 	p.pending[id] += charge.tokens
 	p.inflight[req] = charge
 	if p.sessions != nil && req.Session != "" {
-		p.sessions.put(req.Session, id)
+		p.sessions.put(SessionHash(req.Session), id)
 	}
 
 	if t := p.tracer; t != nil {
@@ -233,7 +234,7 @@ func (p *LMetric) affinity(req *Request, cands []Candidate, keys []lmetricKey, s
 	if p.sessions == nil || req.Session == "" {
 		return -1
 	}
-	id, ok := p.sessions.get(req.Session)
+	id, ok := p.sessions.get(SessionHash(req.Session))
 	if !ok {
 		return -1
 	}
@@ -277,4 +278,34 @@ func (p *LMetric) release(c lmetricCharge) {
 		return
 	}
 	p.pending[c.replica] = left
+}
+
+// Share implements Sharer: the prompt's block hashes and, for the sticky and unified
+// variants, the session, both of which Pick bound to the replica.
+func (p *LMetric) Share(req *Request, replicaID string) (Observation, bool) {
+	o := Observation{ReplicaID: replicaID, BlockChars: p.cfg.BlockChars, Hashes: shareHashes(req.Prompt, p.cfg.BlockChars)}
+	if p.sessions != nil {
+		o.Session = SessionHash(req.Session)
+	}
+	return o, len(o.Hashes) > 0 || o.Session != 0
+}
+
+// Observe implements Sharer: records o's hashes in the index (when its block size is this
+// policy's) and, for the sticky and unified variants, binds its session to its replica, as
+// Pick does; no pending prefill is charged, so Done has nothing to release for it.
+func (p *LMetric) Observe(o Observation) bool {
+	useHashes := o.BlockChars == p.cfg.BlockChars && len(o.Hashes) > 0
+	useSession := p.sessions != nil && o.Session != 0
+	if !useHashes && !useSession {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if useHashes {
+		p.index.record(o.ReplicaID, o.Hashes)
+	}
+	if useSession {
+		p.sessions.put(o.Session, o.ReplicaID)
+	}
+	return true
 }
