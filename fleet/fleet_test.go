@@ -240,6 +240,9 @@ func TestConfigValidation(t *testing.T) {
 		{"lease too short", func(c *Config) { c.Budget.LeaseTTL = 50 * time.Millisecond }, "fleet.budget.lease_ttl: must be >= 5"},
 		{"headroom", func(c *Config) { c.Budget.Headroom = 0 }, "fleet.budget.headroom"},
 		{"timeout", func(c *Config) { c.CommandTimeout = 0 }, "fleet.command_timeout: must be > 0"},
+		{"load interval", func(c *Config) { c.Affinity.LoadInterval = 0 }, "fleet.affinity.load_interval: must be > 0"},
+		{"load expiry", func(c *Config) { c.Affinity.LoadExpiry = 150 * time.Millisecond }, "fleet.affinity.load_expiry: must be >= 2"},
+		{"publish queue", func(c *Config) { c.Affinity.PublishQueue = 0 }, "fleet.affinity.publish_queue"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testFleetConfig("redis://127.0.0.1:6379")
