@@ -1,0 +1,213 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/triage-gw/triage/bench/report"
+	"github.com/triage-gw/triage/bench/trace"
+)
+
+// FleetReport is the fleet subcommand's output.
+type FleetReport struct {
+	Command  string         `json:"command"`
+	Machine  report.Machine `json:"machine"`
+	Config   *fleetConfig   `json:"config"`
+	Budget   []modeResult   `json:"budget_cache_latency"` // (a), (b), (d): local, then fleet
+	Drills   []drillResult  `json:"drills"`
+	Trace    trace.Stats    `json:"trace_stats"`
+	Replica  replicaJSON    `json:"trace_replica"`
+	Affinity []traceResult  `json:"affinity"` // (c): per policy, local, fleet, affinity off
+}
+
+// Write prints the markdown to stdout and, with out, writes results.json and table.md there.
+func (r *FleetReport) Write(stdout, stderr io.Writer, out string) error {
+	md := r.Markdown()
+	fmt.Fprint(stdout, md)
+	if out == "" {
+		return nil
+	}
+	js, err := report.JSON(r)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteFiles(out, map[string][]byte{"results.json": js, "table.md": []byte(md)}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s/{results.json,table.md}\n", out)
+	return nil
+}
+
+// Markdown renders the header, the summary against the targets, the drills and the details.
+func (r *FleetReport) Markdown() string {
+	var b strings.Builder
+	c := r.Config
+	b.WriteString("# Fleet mode\n\n")
+	fmt.Fprintf(&b, "- Command: `%s`\n- Machine: %s\n", r.Command, r.Machine)
+	fmt.Fprintf(&b, "- Processes, all on this machine and 127.0.0.1: one redis-server, mockllm replicas, 1 or %d gateways (`%s`) with generated configs, "+
+		"and this program as the client, sending each request to the next gateway in turn.\n\n", c.Gateways, c.Bin)
+	r.writeSummary(&b)
+	r.writeDrills(&b)
+	r.writeBudgetDetail(&b)
+	r.writeTraceDetail(&b)
+	return b.String()
+}
+
+func pct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+
+// writeSummary is the table of (a)–(d) against their targets.
+func (r *FleetReport) writeSummary(b *strings.Builder) {
+	if len(r.Budget) < 2 {
+		return
+	}
+	l, f := r.Budget[0], r.Budget[1]
+	b.WriteString("## Summary\n\n| measure | " + l.Mode.Name + " | " + f.Mode.Name + " | " + fmt.Sprintf("%d gateways, affinity off", f.Mode.Gateways) + " | target |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| (a) most slow requests in flight fleet-wide (mean) | %d of %d (%.1f) | %d of %d (%.1f) | | never above %d: %s |\n",
+		l.Budget.MaxActive, l.Budget.MaxSlow, l.Budget.MeanActive, f.Budget.MaxActive, f.Budget.MaxSlow, f.Budget.MeanActive,
+		r.Config.MaxSlow, report.Verdict(f.Budget.MaxActive <= f.Budget.MaxSlow && l.Budget.MaxActive <= l.Budget.MaxSlow))
+	d := 100 * (f.Cache.HitRate - l.Cache.HitRate)
+	fmt.Fprintf(b, "| (b) result-cache hit rate | %s | %s (%d of %d hits shared) | | within 5 points of 1 gateway (%+.1f): %s |\n",
+		pct(l.Cache.HitRate), pct(f.Cache.HitRate), f.Cache.SharedHits, f.Cache.Hits, d, report.Verdict(math.Abs(d) <= 5))
+	for i := 0; i+2 < len(r.Affinity); i += 3 {
+		tl, tf, tn := r.Affinity[i], r.Affinity[i+1], r.Affinity[i+2]
+		dh := 100 * (tf.HitRate - tl.HitRate)
+		fmt.Fprintf(b, "| (c) prefix-cache hit rate, %s | %s | %s | %s | within 5 points (%+.1f): %s |\n",
+			tl.Policy, pct(tl.HitRate), pct(tf.HitRate), pct(tn.HitRate), dh, report.Verdict(math.Abs(dh) <= 5))
+		dt := tf.TTFT.Mean/tl.TTFT.Mean - 1
+		fmt.Fprintf(b, "| (c) mean TTFT, %s | %s | %s | %s | within 10%% (%+.1f%%): %s |\n",
+			tl.Policy, report.Millis(tl.TTFT.Mean), report.Millis(tf.TTFT.Mean), report.Millis(tn.TTFT.Mean), 100*dt, report.Verdict(math.Abs(dt) <= 0.10))
+	}
+	dp50, dp99 := f.Latency.AddedP50-l.Latency.AddedP50, f.Latency.AddedP99-l.Latency.AddedP99
+	fmt.Fprintf(b, "| (d) TTFT added by the gateway, p50 / p99 | %s / %s | %s / %s | | fleet − local at p50 ≤ 1 ms (%s / %s): %s |\n\n",
+		report.Millis(l.Latency.AddedP50), report.Millis(l.Latency.AddedP99), report.Millis(f.Latency.AddedP50), report.Millis(f.Latency.AddedP99),
+		signedMillis(dp50), signedMillis(dp99), report.Verdict(dp50 <= 1))
+}
+
+func signedMillis(v float64) string {
+	if v < 0 {
+		return "−" + report.Millis(-v)
+	}
+	return "+" + report.Millis(v)
+}
+
+// writeDrills is the drills' table.
+func (r *FleetReport) writeDrills(b *strings.Builder) {
+	if len(r.Drills) == 0 {
+		return
+	}
+	b.WriteString("## Drills\n\nEach drill runs the (a) load over a fresh fleet. The budget is whole when the slots granted to the live gateways sum to the budget again.\n\n| drill | requests | ok | failed while streaming | failed before streaming (target 0) | rerouted by the client | most slow in flight | fallback to local | rejoined | dead gateway reaped | budget whole again |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, d := range r.Drills {
+		secs := func(v float64) string {
+			if v <= 0 {
+				return ""
+			}
+			return fmt.Sprintf("%.2f s", v)
+		}
+		whole := fmt.Sprintf("never short (%d slots granted throughout)", d.MaxSlow)
+		switch {
+		case d.WholeS < 0:
+			whole = fmt.Sprintf("not by the end (%d slots granted)", d.MinGrants)
+		case d.WholeS > 0:
+			whole = fmt.Sprintf("%.2f s after the fault (down to %d slots granted)", d.WholeS, d.MinGrants)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d of %d | %s | %s | %s | %s |\n", d.Drill, d.Load.Requests, d.Load.OK,
+			d.Load.FailedStreaming, d.Load.FailedOther, d.Load.Rerouted, d.MaxActive, d.MaxSlow, secs(d.FallbackS), secs(d.RejoinS), secs(d.ReapedS), whole)
+	}
+	b.WriteString("\n")
+	for _, d := range r.Drills {
+		fmt.Fprintf(b, "- %s: fault at %.1f s", d.Drill, d.FaultAt)
+		if d.RestartAt > 0 {
+			fmt.Fprintf(b, ", redis-server started again at %.1f s", d.RestartAt)
+		}
+		fmt.Fprintf(b, "; gateway log lines: %s.", report.Counts(d.LogLines))
+		if d.Load.FirstError != "" {
+			fmt.Fprintf(b, " First failure: `%.160s`.", d.Load.FirstError)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	for _, d := range r.Drills {
+		writeTimeline(b, d)
+	}
+}
+
+// writeTimeline renders a drill's polls in half-second windows.
+func writeTimeline(b *strings.Builder, d drillResult) {
+	if len(d.Polls) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "### %s, half-second windows\n\n| from s | slow in flight min–max | grants summed | gateways answering | gateways with Redis up |\n|---|---|---|---|---|\n", d.Drill)
+	for w := 0.0; ; w += 0.5 {
+		lo, hi, grants, live, up, n := math.MaxInt, 0, 0, 0, 0, 0
+		for _, p := range d.Polls {
+			if p.At >= w && p.At < w+0.5 {
+				lo, hi, grants, live, up, n = min(lo, p.Active), max(hi, p.Active), p.Grants, p.Live, p.Up, n+1
+			}
+		}
+		if n == 0 {
+			if w > d.Polls[len(d.Polls)-1].At {
+				break
+			}
+			continue
+		}
+		fmt.Fprintf(b, "| %.1f | %d–%d | %d | %d | %d |\n", w, lo, hi, grants, live, up)
+	}
+	b.WriteString("\n")
+}
+
+// writeBudgetDetail describes (a), (b) and (d) per mode.
+func (r *FleetReport) writeBudgetDetail(b *strings.Builder) {
+	c := r.Config
+	fmt.Fprintf(b, "## (a), (b), (d) in detail\n\nReplicas: %d slow and 1 fast mockllm, no prefill cost, no jitter, 20 ms per output token. "+
+		"Every gateway runs lmetric-sticky in both pools and decides with decision.base 0.01, alpha 0, so every request wants the slow pool "+
+		"and the budget (decision.max_slow_concurrency %d, the whole fleet's in fleet mode) alone decides; what it refuses is shed to the fast pool. "+
+		"Fleet mode uses the defaults (budget sync 100 ms, lease 5 s, affinity load snapshots every 100 ms).\n\n", c.SlowReplicas, c.MaxSlow)
+	fmt.Fprintf(b, "- (a): %d clients, closed loop, %s, streaming chat with max_tokens %d over 64 texts warmed into every gateway's cache. "+
+		"Every %s each gateway's /metrics (triage_slow_active in local mode, triage_fleet_budget_local_active in fleet mode) and each slow replica's "+
+		"(running + waiting) are scraped at once and summed.\n", c.BudgetClients, c.BudgetDuration, c.BudgetTokens, c.Poll)
+	fmt.Fprintf(b, "- (b): %d new texts, each sent %d times in one shuffled order by %d clients to /v1/classify; a hit is `\"cache\":\"hit\"` in the answer. "+
+		"Every text misses once at best, so the ideal hit rate is %s.\n", c.CacheTexts, c.CacheRepeats, c.CacheClients, pct(1-1/float64(c.CacheRepeats)))
+	fmt.Fprintf(b, "- (d): %d clients for %s, each alternating one streaming request (6,000-character system prompt, max_tokens 2) direct to a slow replica and the same through gateway 0; "+
+		"added = gateway percentile − direct percentile.\n\n", c.LatencyClients, c.LatencyTime)
+	b.WriteString("| mode | (a) requests | slow path | shed to fast | failed | most at the slow replicas | polls | (b) ok | hits | shared hits | (d) direct p50 / p99 | gateway p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, m := range r.Budget {
+		a, ch, l := m.Budget, m.Cache, m.Latency
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s |\n", m.Mode.Name, a.Load.Requests, a.Load.Slow, a.Load.OK-a.Load.Slow,
+			a.Load.FailedOther+a.Load.FailedStreaming, a.MaxReplicas, a.Polls, ch.OK, ch.Hits, ch.SharedHits, report.P50P99(l.Direct), report.P50P99(l.Gateway))
+	}
+	b.WriteString("\n")
+}
+
+// writeTraceDetail describes (c).
+func (r *FleetReport) writeTraceDetail(b *strings.Builder) {
+	if len(r.Affinity) == 0 {
+		return
+	}
+	t, rp := r.Trace, r.Replica
+	fmt.Fprintf(b, "## (c) in detail\n\nThe trace of `triage-bench policies` (seed %d): %d requests, %d sessions (%d heavy), input tokens mean %.0f, %d distinct %d-byte blocks, "+
+		"replayed through the gateways, each request to the next gateway in turn, with `x-session-id` set to its session. "+
+		"%d fresh mockllm replicas per run (TTFT %s + %s per uncached prompt token, %s per output token, %d slots, prefix cache of %d %d-byte blocks) "+
+		"are both pools; decision.base 0.9999 keeps (nearly) every turn on the fast pool. Every turn's classification is warmed into every gateway's cache first, "+
+		"so TTFT compares routing, not inference. Prefix hit rate is the replicas' own counters (vllm:prefix_cache_hits / queries).\n\n",
+		r.Config.Trace.Seed, t.Requests, t.Sessions, t.HeavySessions, t.InputTokens.Mean, t.DistinctBlocks, t.BlockChars,
+		r.Config.TraceReplicas, rp.TTFTBase, rp.PrefillPerToken, rp.DecodePerToken, rp.MaxRunning, rp.KVCacheBlocks, rp.BlockChars)
+	b.WriteString("| policy | mode | ok / sent | TTFT mean | TTFT p50 / p99 | prefix hit | load max/mean | slow path | held | rerouted |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, a := range r.Affinity {
+		fmt.Fprintf(b, "| %s | %s | %d / %d | %s | %s | %s | %.2f | %d | %d | %d |\n", a.Policy, a.Mode.Name, a.OK, a.Requests,
+			report.Millis(a.TTFT.Mean), report.P50P99(a.TTFT), pct(a.HitRate), a.LoadMaxMean, a.SlowPath, a.Held, a.Rerouted)
+	}
+	for _, a := range r.Affinity {
+		if a.ErrorSample != "" {
+			fmt.Fprintf(b, "\n%s, %s: %d errors, e.g. `%.200s`", a.Policy, a.Mode.Name, a.Errors, a.ErrorSample)
+		}
+	}
+	b.WriteString("\n")
+}
+
+// printDrill is a drill's progress line.
+func (e *fleetEnv) printDrill(d drillResult) {
+	fmt.Fprintf(e.stderr, "    drill %s: %d requests, %d failed while streaming, %d failed otherwise, %d rerouted; most slow in flight %d of %d; fallback %.2f s, rejoin %.2f s, reaped %.2f s, whole again %.2f s\n",
+		d.Drill, d.Load.Requests, d.Load.FailedStreaming, d.Load.FailedOther, d.Load.Rerouted, d.MaxActive, d.MaxSlow, d.FallbackS, d.RejoinS, d.ReapedS, d.WholeS)
+}
