@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,11 @@ import (
 	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/sim"
 )
+
+// fleetParts are the fleet subcommand's parts, in run order.
+var fleetParts = []string{"budget", "drills", "affinity"}
+
+func (c *fleetConfig) runs(part string) bool { return slices.Contains(c.Parts, part) }
 
 // fleetConfig is everything the fleet subcommand needs.
 type fleetConfig struct {
@@ -36,8 +42,10 @@ type fleetConfig struct {
 	LatencyClients int           `json:"latency_clients"`
 	LatencyTime    time.Duration `json:"latency_duration_ns"`
 	DrillDuration  time.Duration `json:"drill_duration_ns"`
+	Parts          []string      `json:"parts"`
 	Policies       []string      `json:"trace_policies"`
 	TraceReplicas  int           `json:"trace_replicas"`
+	AffinityRuns   int           `json:"affinity_runs"`
 	MaxTokens      int           `json:"trace_max_tokens"`
 	Drain          time.Duration `json:"trace_drain_ns"`
 	Trace          trace.Config  `json:"trace"`
@@ -97,6 +105,7 @@ func (c *fleetConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.DurationVar(&c.DrillDuration, "drill-duration", 16*time.Second, "length of each drill; the fault comes at a quarter of it (redis-server restarts at half)")
 	fs.StringVar(policies, "policies", *policies, "comma-separated replica policies (c) runs with (lmetric-sticky: lmetric, variant sticky)")
 	fs.IntVar(&c.TraceReplicas, "trace-replicas", 4, "replicas of (c), fresh for every run")
+	fs.IntVar(&c.AffinityRuns, "affinity-runs", 1, "times (c) runs each mode, interleaved (local, fleet, affinity off, local, ...); the summary shows their means")
 	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max_tokens of (c) requests")
 	fs.DurationVar(&c.Drain, "drain", 20*time.Second, "after (c)'s last arrival, how long to wait for answers")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 40*time.Second, "client timeout of one request")
@@ -110,8 +119,9 @@ func parseFleetFlags(args []string, stderr io.Writer) (*fleetConfig, error) {
 	fs := flag.NewFlagSet("triage-bench fleet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &fleetConfig{Sim: defaultSweepSim(), Trace: trace.DefaultConfig()}
-	policies := "lmetric-sticky"
+	policies, parts := "lmetric-sticky", strings.Join(fleetParts, ",")
 	c.bindFlags(fs, &policies)
+	fs.StringVar(&parts, "parts", parts, "comma-separated parts to run: budget ((a), (b), (d)), drills, affinity ((c))")
 	bindPrefixedTraceFlags(fs, &c.Trace)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), fleetUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +139,15 @@ func parseFleetFlags(args []string, stderr io.Writer) (*fleetConfig, error) {
 			errs = append(errs, err)
 		}
 		c.Policies = append(c.Policies, p)
+	}
+	for _, p := range strings.Split(parts, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !slices.Contains(fleetParts, p) {
+			errs = append(errs, fmt.Errorf("fleet: unknown part %q (want %s)", p, strings.Join(fleetParts, ", ")))
+		}
+		c.Parts = append(c.Parts, p)
 	}
 	c.Sim.DefaultMaxTokens = c.MaxTokens
 	c.Sim.MaxOutputTokens = max(c.Sim.MaxOutputTokens, c.MaxTokens)
@@ -152,7 +171,7 @@ func (c *fleetConfig) validate() []error {
 		v    int
 	}{{"gateways", c.Gateways}, {"max-slow", c.MaxSlow}, {"slow-replicas", c.SlowReplicas}, {"budget-clients", c.BudgetClients},
 		{"budget-max-tokens", c.BudgetTokens}, {"cache-texts", c.CacheTexts}, {"cache-repeats", c.CacheRepeats}, {"cache-clients", c.CacheClients},
-		{"latency-clients", c.LatencyClients}, {"trace-replicas", c.TraceReplicas}, {"max-tokens", c.MaxTokens}} {
+		{"latency-clients", c.LatencyClients}, {"trace-replicas", c.TraceReplicas}, {"affinity-runs", c.AffinityRuns}, {"max-tokens", c.MaxTokens}} {
 		if f.v < 1 {
 			errs = append(errs, fmt.Errorf("fleet: --%s must be >= 1, got %d", f.name, f.v))
 		}
@@ -168,6 +187,9 @@ func (c *fleetConfig) validate() []error {
 	}
 	if len(c.Policies) == 0 {
 		errs = append(errs, errors.New("fleet: --policies is empty"))
+	}
+	if len(c.Parts) == 0 {
+		errs = append(errs, errors.New("fleet: --parts is empty"))
 	}
 	return append(errs, c.Sim.Validate(), c.Trace.Validate())
 }

@@ -59,30 +59,43 @@ func pct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
 
 // writeSummary is the table of (a)–(d) against their targets.
 func (r *FleetReport) writeSummary(b *strings.Builder) {
-	if len(r.Budget) < 2 {
-		return
+	lm, fm, nm := r.Config.modes()
+	fmt.Fprintf(b, "## Summary\n\n| measure | %s | %s | %s | target |\n|---|---|---|---|---|\n", lm.Name, fm.Name, nm.Name)
+	if len(r.Budget) == 2 {
+		l, f := r.Budget[0], r.Budget[1]
+		fmt.Fprintf(b, "| (a) most slow requests in flight fleet-wide (mean) | %d of %d (%.1f) | %d of %d (%.1f) | | never above %d: %s |\n",
+			l.Budget.MaxActive, l.Budget.MaxSlow, l.Budget.MeanActive, f.Budget.MaxActive, f.Budget.MaxSlow, f.Budget.MeanActive,
+			r.Config.MaxSlow, report.Verdict(f.Budget.MaxActive <= f.Budget.MaxSlow && l.Budget.MaxActive <= l.Budget.MaxSlow))
+		d := 100 * (f.Cache.HitRate - l.Cache.HitRate)
+		fmt.Fprintf(b, "| (b) result-cache hit rate | %s | %s (%d of %d hits shared) | | within 5 points of 1 gateway (%+.1f): %s |\n",
+			pct(l.Cache.HitRate), pct(f.Cache.HitRate), f.Cache.SharedHits, f.Cache.Hits, d, report.Verdict(math.Abs(d) <= 5))
 	}
-	l, f := r.Budget[0], r.Budget[1]
-	b.WriteString("## Summary\n\n| measure | " + l.Mode.Name + " | " + f.Mode.Name + " | " + fmt.Sprintf("%d gateways, affinity off", f.Mode.Gateways) + " | target |\n|---|---|---|---|---|\n")
-	fmt.Fprintf(b, "| (a) most slow requests in flight fleet-wide (mean) | %d of %d (%.1f) | %d of %d (%.1f) | | never above %d: %s |\n",
-		l.Budget.MaxActive, l.Budget.MaxSlow, l.Budget.MeanActive, f.Budget.MaxActive, f.Budget.MaxSlow, f.Budget.MeanActive,
-		r.Config.MaxSlow, report.Verdict(f.Budget.MaxActive <= f.Budget.MaxSlow && l.Budget.MaxActive <= l.Budget.MaxSlow))
-	d := 100 * (f.Cache.HitRate - l.Cache.HitRate)
-	fmt.Fprintf(b, "| (b) result-cache hit rate | %s | %s (%d of %d hits shared) | | within 5 points of 1 gateway (%+.1f): %s |\n",
-		pct(l.Cache.HitRate), pct(f.Cache.HitRate), f.Cache.SharedHits, f.Cache.Hits, d, report.Verdict(math.Abs(d) <= 5))
-	for i := 0; i+2 < len(r.Affinity); i += 3 {
-		tl, tf, tn := r.Affinity[i], r.Affinity[i+1], r.Affinity[i+2]
-		dh := 100 * (tf.HitRate - tl.HitRate)
-		fmt.Fprintf(b, "| (c) prefix-cache hit rate, %s | %s | %s | %s | within 5 points (%+.1f): %s |\n",
-			tl.Policy, pct(tl.HitRate), pct(tf.HitRate), pct(tn.HitRate), dh, report.Verdict(math.Abs(dh) <= 5))
-		dt := tf.TTFT.Mean/tl.TTFT.Mean - 1
-		fmt.Fprintf(b, "| (c) mean TTFT, %s | %s | %s | %s | within 10%% (%+.1f%%): %s |\n",
-			tl.Policy, report.Millis(tl.TTFT.Mean), report.Millis(tf.TTFT.Mean), report.Millis(tn.TTFT.Mean), 100*dt, report.Verdict(math.Abs(dt) <= 0.10))
+	runs := ""
+	if r.Config.AffinityRuns > 1 {
+		runs = fmt.Sprintf(" (mean of %d runs)", r.Config.AffinityRuns)
 	}
-	dp50, dp99 := f.Latency.AddedP50-l.Latency.AddedP50, f.Latency.AddedP99-l.Latency.AddedP99
-	fmt.Fprintf(b, "| (d) TTFT added by the gateway, p50 / p99 | %s / %s | %s / %s | | fleet − local at p50 ≤ 1 ms (%s / %s): %s |\n\n",
-		report.Millis(l.Latency.AddedP50), report.Millis(l.Latency.AddedP99), report.Millis(f.Latency.AddedP50), report.Millis(f.Latency.AddedP99),
-		signedMillis(dp50), signedMillis(dp99), report.Verdict(dp50 <= 1))
+	for _, p := range r.Config.Policies {
+		hl, tl := r.affinityMeans(p, lm.Name)
+		hf, tf := r.affinityMeans(p, fm.Name)
+		hn, tn := r.affinityMeans(p, nm.Name)
+		if math.IsNaN(hl) {
+			continue
+		}
+		dh := 100 * (hf - hl)
+		fmt.Fprintf(b, "| (c) prefix-cache hit rate, %s%s | %s | %s | %s | within 5 points (%+.1f): %s |\n",
+			p, runs, pct(hl), pct(hf), pct(hn), dh, report.Verdict(math.Abs(dh) <= 5))
+		dt := tf/tl - 1
+		fmt.Fprintf(b, "| (c) mean TTFT, %s%s | %s | %s | %s | within 10%% (%+.1f%%): %s |\n",
+			p, runs, report.Millis(tl), report.Millis(tf), report.Millis(tn), 100*dt, report.Verdict(math.Abs(dt) <= 0.10))
+	}
+	if len(r.Budget) == 2 {
+		l, f := r.Budget[0].Latency, r.Budget[1].Latency
+		dp50, dp99 := f.AddedP50-l.AddedP50, f.AddedP99-l.AddedP99
+		fmt.Fprintf(b, "| (d) TTFT added by the gateway, p50 / p99 | %s / %s | %s / %s | | fleet − local at p50 ≤ 1 ms (%s / %s): %s |\n",
+			report.Millis(l.AddedP50), report.Millis(l.AddedP99), report.Millis(f.AddedP50), report.Millis(f.AddedP99),
+			signedMillis(dp50), signedMillis(dp99), report.Verdict(dp50 <= 1))
+	}
+	b.WriteString("\n")
 }
 
 func signedMillis(v float64) string {
@@ -159,6 +172,9 @@ func writeTimeline(b *strings.Builder, d drillResult) {
 
 // writeBudgetDetail describes (a), (b) and (d) per mode.
 func (r *FleetReport) writeBudgetDetail(b *strings.Builder) {
+	if len(r.Budget) == 0 {
+		return
+	}
 	c := r.Config
 	fmt.Fprintf(b, "## (a), (b), (d) in detail\n\nReplicas: %d slow and 1 fast mockllm, no prefill cost, no jitter, 20 ms per output token. "+
 		"Every gateway runs lmetric-sticky in both pools and decides with decision.base 0.01, alpha 0, so every request wants the slow pool "+
@@ -193,9 +209,9 @@ func (r *FleetReport) writeTraceDetail(b *strings.Builder) {
 		"so TTFT compares routing, not inference. Prefix hit rate is the replicas' own counters (vllm:prefix_cache_hits / queries).\n\n",
 		r.Config.Trace.Seed, t.Requests, t.Sessions, t.HeavySessions, t.InputTokens.Mean, t.DistinctBlocks, t.BlockChars,
 		r.Config.TraceReplicas, rp.TTFTBase, rp.PrefillPerToken, rp.DecodePerToken, rp.MaxRunning, rp.KVCacheBlocks, rp.BlockChars)
-	b.WriteString("| policy | mode | ok / sent | TTFT mean | TTFT p50 / p99 | prefix hit | load max/mean | slow path | held | rerouted |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| policy | mode | run | ok / sent | TTFT mean | TTFT p50 / p99 | prefix hit | load max/mean | slow path | held | rerouted |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range r.Affinity {
-		fmt.Fprintf(b, "| %s | %s | %d / %d | %s | %s | %s | %.2f | %d | %d | %d |\n", a.Policy, a.Mode.Name, a.OK, a.Requests,
+		fmt.Fprintf(b, "| %s | %s | %d | %d / %d | %s | %s | %s | %.2f | %d | %d | %d |\n", a.Policy, a.Mode.Name, a.Run, a.OK, a.Requests,
 			report.Millis(a.TTFT.Mean), report.P50P99(a.TTFT), pct(a.HitRate), a.LoadMaxMean, a.SlowPath, a.Held, a.Rerouted)
 	}
 	for _, a := range r.Affinity {
@@ -210,4 +226,19 @@ func (r *FleetReport) writeTraceDetail(b *strings.Builder) {
 func (e *fleetEnv) printDrill(d drillResult) {
 	fmt.Fprintf(e.stderr, "    drill %s: %d requests, %d failed while streaming, %d failed otherwise, %d rerouted; most slow in flight %d of %d; fallback %.2f s, rejoin %.2f s, reaped %.2f s, whole again %.2f s\n",
 		d.Drill, d.Load.Requests, d.Load.FailedStreaming, d.Load.FailedOther, d.Load.Rerouted, d.MaxActive, d.MaxSlow, d.FallbackS, d.RejoinS, d.ReapedS, d.WholeS)
+}
+
+// affinityMeans returns the mean prefix hit rate and mean TTFT (ms) of (c)'s runs of policy
+// in the mode named mode.
+func (r *FleetReport) affinityMeans(policy, mode string) (hit, ttft float64) {
+	n := 0
+	for _, a := range r.Affinity {
+		if a.Policy == policy && a.Mode.Name == mode {
+			hit, ttft, n = hit+a.HitRate, ttft+a.TTFT.Mean, n+1
+		}
+	}
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return hit / float64(n), ttft / float64(n)
 }

@@ -53,8 +53,13 @@ func runFleetMeasures(ctx context.Context, c *fleetConfig, rows []dolly.Row, rep
 	env := &fleetEnv{c: c, redis: redis, texts: texts, stderr: stderr,
 		client: load.NewClient(c.BudgetClients+c.Gateways*4, c.RequestTimeout)}
 	defer env.client.CloseIdleConnections()
-	if err := env.budgetMeasures(ctx, rep); err != nil {
-		return err
+	if c.runs("budget") || c.runs("drills") {
+		if err := env.budgetMeasures(ctx, rep); err != nil {
+			return err
+		}
+	}
+	if !c.runs("affinity") {
+		return nil
 	}
 	return env.traceMeasures(ctx, rows, rep)
 }
@@ -132,6 +137,9 @@ func (e *fleetEnv) budgetMeasures(ctx context.Context, rep *FleetReport) error {
 	y := gatewayYAML{base: 0.01, alpha: 0, maxSlow: e.c.MaxSlow, policy: "lmetric-sticky", fast: fast, slow: slow}
 	local, fleet, _ := e.c.modes()
 	for _, m := range []fleetMode{local, fleet} {
+		if !e.c.runs("budget") {
+			break
+		}
 		y.mode = m
 		res, err := e.budgetRun(ctx, y, slow)
 		if err != nil {
@@ -141,6 +149,9 @@ func (e *fleetEnv) budgetMeasures(ctx context.Context, rep *FleetReport) error {
 	}
 	y.mode = fleet
 	for _, d := range []string{drillKill, drillRedis} {
+		if !e.c.runs("drills") {
+			break
+		}
 		res, err := e.drill(ctx, y, slow, d)
 		if err != nil {
 			return fmt.Errorf("drill %s: %w", d, err)

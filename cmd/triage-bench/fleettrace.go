@@ -18,6 +18,7 @@ import (
 type traceResult struct {
 	Mode     fleetMode     `json:"mode"`
 	Policy   string        `json:"policy"`
+	Run      int           `json:"run"`
 	Requests int           `json:"requests"`
 	OK       int           `json:"ok"`
 	Errors   int           `json:"errors"`
@@ -50,11 +51,12 @@ func (e *fleetEnv) traceMeasures(ctx context.Context, rows []dolly.Row, rep *Fle
 	rep.Replica = newReplicaJSON(e.c.Sim)
 	local, fleet, noAffinity := e.c.modes()
 	for _, p := range e.c.Policies {
-		for _, m := range []fleetMode{local, fleet, noAffinity} {
+		for run, m := range slices.Repeat([]fleetMode{local, fleet, noAffinity}, e.c.AffinityRuns) {
 			res, err := e.traceRun(ctx, m, p, reqs)
 			if err != nil {
 				return fmt.Errorf("(c) %s, %s: %w", p, m.Name, err)
 			}
+			res.Run = run/3 + 1
 			fmt.Fprintf(e.stderr, "    (c) %s: prefix hit %.1f%%, TTFT mean %.0f ms p99 %.0f ms, load max/mean %.2f, %d errors, %d slow\n",
 				p, 100*res.HitRate, res.TTFT.Mean, res.TTFT.P99, res.LoadMaxMean, res.Errors, res.SlowPath)
 			rep.Affinity = append(rep.Affinity, res)
