@@ -177,10 +177,18 @@ func (e *fleetEnv) measureCache(ctx context.Context, set *fleetGateways) cacheRe
 	return r
 }
 
+// latencyResult is (d) in one mode: proxy-cost's measure, and what gateway 0 did in fleet
+// mode meanwhile.
+type latencyResult struct {
+	proxyLevel
+	Topups float64 `json:"budget_topups"`   // synchronous budget syncs on the request path
+	Picks  float64 `json:"picks_published"` // picks shared with the other gateways
+}
+
 // measureLatency is (d): workers alternate a streaming request direct to the first slow
 // replica and the same request through gateway 0 (proxy-cost's method); the request carries
 // a 6,000-character system prompt, so in fleet mode its pick is hashed and published.
-func (e *fleetEnv) measureLatency(ctx context.Context, set *fleetGateways, slow []*replica, text string) (proxyLevel, error) {
+func (e *fleetEnv) measureLatency(ctx context.Context, set *fleetGateways, slow []*replica, text string) (latencyResult, error) {
 	system := ""
 	for len(system) < 6000 {
 		system += "You are the support desk's assistant. Answer in one sentence and cite the manual. "
@@ -188,19 +196,33 @@ func (e *fleetEnv) measureLatency(ctx context.Context, set *fleetGateways, slow 
 	body := chatStream(system, text, 2)
 	urls := [2]string{slow[0].url + "/v1/chat/completions", set.gws[0].base + "/v1/chat/completions"}
 	env := &gwEnv{cfg: &gatewayConfig{RequestTimeout: e.c.RequestTimeout}}
-	return measureProxyCost(ctx, env, urls, body, e.c.LatencyClients, e.c.LatencyTime)
+	m0, err := set.gws[0].metrics(ctx)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	lv, err := measureProxyCost(ctx, env, urls, body, e.c.LatencyClients, e.c.LatencyTime)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	m1, err := set.gws[0].metrics(ctx)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	delta := func(name string) float64 { return m1.Sum(name) - m0.Sum(name) }
+	return latencyResult{proxyLevel: lv, Topups: delta("triage_fleet_budget_topups_total"),
+		Picks: delta("triage_fleet_affinity_picks_published_total")}, nil
 }
 
 // modeResult is (a), (b) and (d) in one mode.
 type modeResult struct {
-	Mode    fleetMode    `json:"mode"`
-	Latency proxyLevel   `json:"latency"`
-	Cache   cacheResult  `json:"cache"`
-	Budget  budgetResult `json:"budget"`
+	Mode    fleetMode     `json:"mode"`
+	Latency latencyResult `json:"latency"`
+	Cache   cacheResult   `json:"cache"`
+	Budget  budgetResult  `json:"budget"`
 }
 
-// budgetRun starts the mode's gateways and runs (d), (b) and (a) on them.
-func (e *fleetEnv) budgetRun(ctx context.Context, y gatewayYAML, slow []*replica) (modeResult, error) {
+// budgetRun starts the mode's gateways and runs (d), (b) and (a) on them, or (d) alone.
+func (e *fleetEnv) budgetRun(ctx context.Context, y gatewayYAML, slow []*replica, latencyOnly bool) (modeResult, error) {
 	res := modeResult{Mode: y.mode}
 	set, err := e.start(ctx, y)
 	if err != nil {
@@ -214,7 +236,11 @@ func (e *fleetEnv) budgetRun(ctx context.Context, y gatewayYAML, slow []*replica
 	if res.Latency, err = e.measureLatency(ctx, set, slow, texts[0]); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(e.stderr, "    (d) added TTFT p50 %.2f ms, p99 %.2f ms\n", res.Latency.AddedP50, res.Latency.AddedP99)
+	fmt.Fprintf(e.stderr, "    (d) added TTFT p50 %.2f ms, p99 %.2f ms (%.0f budget top-ups, %.0f picks published)\n",
+		res.Latency.AddedP50, res.Latency.AddedP99, res.Latency.Topups, res.Latency.Picks)
+	if latencyOnly {
+		return res, set.stop()
+	}
 	res.Cache = e.measureCache(ctx, set)
 	fmt.Fprintf(e.stderr, "    (b) hit rate %.1f%% (%d shared of %d hits, %d ok)\n", 100*res.Cache.HitRate, res.Cache.SharedHits, res.Cache.Hits, res.Cache.OK)
 	res.Budget = e.measureBudget(ctx, set, slow, texts, y.mode.Fleet)

@@ -16,6 +16,7 @@ type FleetReport struct {
 	Machine  report.Machine `json:"machine"`
 	Config   *fleetConfig   `json:"config"`
 	Budget   []modeResult   `json:"budget_cache_latency"` // (a), (b), (d): local, then fleet
+	Latency1 *latencyResult `json:"latency_one_gateway_fleet_mode,omitempty"`
 	Drills   []drillResult  `json:"drills"`
 	Trace    trace.Stats    `json:"trace_stats"`
 	Replica  replicaJSON    `json:"trace_replica"`
@@ -94,6 +95,12 @@ func (r *FleetReport) writeSummary(b *strings.Builder) {
 		fmt.Fprintf(b, "| (d) TTFT added by the gateway, p50 / p99 | %s / %s | %s / %s | | fleet − local at p50 ≤ 1 ms (%s / %s): %s |\n",
 			report.Millis(l.AddedP50), report.Millis(l.AddedP99), report.Millis(f.AddedP50), report.Millis(f.AddedP99),
 			signedMillis(dp50), signedMillis(dp99), report.Verdict(dp50 <= 1))
+		if f1 := r.Latency1; f1 != nil {
+			dp50, dp99 = f1.AddedP50-l.AddedP50, f1.AddedP99-l.AddedP99
+			fmt.Fprintf(b, "| (d) the same, fleet mode on 1 gateway (Redis, budget, cache, affinity; no other gateway) | %s / %s | %s / %s | | fleet − local at p50 ≤ 1 ms (%s / %s): %s |\n",
+				report.Millis(l.AddedP50), report.Millis(l.AddedP99), report.Millis(f1.AddedP50), report.Millis(f1.AddedP99),
+				signedMillis(dp50), signedMillis(dp99), report.Verdict(dp50 <= 1))
+		}
 	}
 	b.WriteString("\n")
 }
@@ -187,11 +194,24 @@ func (r *FleetReport) writeBudgetDetail(b *strings.Builder) {
 		"Every text misses once at best, so the ideal hit rate is %s.\n", c.CacheTexts, c.CacheRepeats, c.CacheClients, pct(1-1/float64(c.CacheRepeats)))
 	fmt.Fprintf(b, "- (d): %d clients for %s, each alternating one streaming request (6,000-character system prompt, max_tokens 2) direct to a slow replica and the same through gateway 0; "+
 		"added = gateway percentile − direct percentile.\n\n", c.LatencyClients, c.LatencyTime)
-	b.WriteString("| mode | (a) requests | slow path | shed to fast | failed | most at the slow replicas | polls | (b) ok | hits | shared hits | (d) direct p50 / p99 | gateway p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | (a) requests | slow path | shed to fast | failed | most at the slow replicas | polls | (b) ok | hits | shared hits |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range r.Budget {
-		a, ch, l := m.Budget, m.Cache, m.Latency
-		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s |\n", m.Mode.Name, a.Load.Requests, a.Load.Slow, a.Load.OK-a.Load.Slow,
-			a.Load.FailedOther+a.Load.FailedStreaming, a.MaxReplicas, a.Polls, ch.OK, ch.Hits, ch.SharedHits, report.P50P99(l.Direct), report.P50P99(l.Gateway))
+		a, ch := m.Budget, m.Cache
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", m.Mode.Name, a.Load.Requests, a.Load.Slow, a.Load.OK-a.Load.Slow,
+			a.Load.FailedOther+a.Load.FailedStreaming, a.MaxReplicas, a.Polls, ch.OK, ch.Hits, ch.SharedHits)
+	}
+	b.WriteString("\n| (d) mode | direct TTFT p50 / p99 | through gateway 0 p50 / p99 | added p50 / p99 | budget top-ups | picks published | failed |\n|---|---|---|---|---|---|---|\n")
+	lat := []latencyResult{}
+	names := []string{}
+	for _, m := range r.Budget {
+		lat, names = append(lat, m.Latency), append(names, m.Mode.Name)
+	}
+	if r.Latency1 != nil {
+		lat, names = append(lat, *r.Latency1), append(names, "1 gateway (fleet mode)")
+	}
+	for i, l := range lat {
+		fmt.Fprintf(b, "| %s | %s | %s | %s / %s | %.0f | %.0f | %d |\n", names[i], report.P50P99(l.Direct), report.P50P99(l.Gateway),
+			report.Millis(l.AddedP50), report.Millis(l.AddedP99), l.Topups, l.Picks, l.Failed)
 	}
 	b.WriteString("\n")
 }

@@ -136,14 +136,21 @@ func (e *fleetEnv) budgetMeasures(ctx context.Context, rep *FleetReport) error {
 	// decides, and requests it refuses are shed to the fast pool.
 	y := gatewayYAML{base: 0.01, alpha: 0, maxSlow: e.c.MaxSlow, policy: "lmetric-sticky", fast: fast, slow: slow}
 	local, fleet, _ := e.c.modes()
-	for _, m := range []fleetMode{local, fleet} {
+	// One gateway in fleet mode, for (d) alone: fleet mode's own cost, without the CPU the
+	// other gateways take on this machine.
+	fleet1 := fleetMode{Name: "1 gateway (fleet mode)", Gateways: 1, Fleet: true, Affinity: true}
+	for _, m := range []fleetMode{local, fleet, fleet1} {
 		if !e.c.runs("budget") {
 			break
 		}
 		y.mode = m
-		res, err := e.budgetRun(ctx, y, slow)
+		res, err := e.budgetRun(ctx, y, slow, m == fleet1)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.Name, err)
+		}
+		if m == fleet1 {
+			rep.Latency1 = &res.Latency
+			continue
 		}
 		rep.Budget = append(rep.Budget, res)
 	}

@@ -71,7 +71,7 @@ func shareHashes(prompt string, blockChars int) []uint64 {
 	if limit := MaxShareBlocks * blockChars * 4; len(prompt) > limit {
 		prompt = prompt[:limit]
 	}
-	hs, _ := appendBlockHashes(nil, prompt, blockChars)
+	hs, _ := appendBlockHashes(make([]uint64, 0, len(prompt)/blockChars+1), prompt, blockChars)
 	if len(hs) > MaxShareBlocks {
 		hs = hs[:MaxShareBlocks]
 	}
