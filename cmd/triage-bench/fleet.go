@@ -46,6 +46,7 @@ type fleetConfig struct {
 	Policies       []string      `json:"trace_policies"`
 	TraceReplicas  int           `json:"trace_replicas"`
 	AffinityRuns   int           `json:"affinity_runs"`
+	LoadInterval   time.Duration `json:"load_interval_ns,omitempty"`
 	MaxTokens      int           `json:"trace_max_tokens"`
 	Drain          time.Duration `json:"trace_drain_ns"`
 	Trace          trace.Config  `json:"trace"`
@@ -105,6 +106,7 @@ func (c *fleetConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.DurationVar(&c.DrillDuration, "drill-duration", 16*time.Second, "length of each drill; the fault comes at a quarter of it (redis-server restarts at half)")
 	fs.StringVar(policies, "policies", *policies, "comma-separated replica policies (c) runs with (lmetric-sticky: lmetric, variant sticky)")
 	fs.IntVar(&c.TraceReplicas, "trace-replicas", 4, "replicas of (c), fresh for every run")
+	fs.DurationVar(&c.LoadInterval, "load-interval", 0, "the gateways' fleet.affinity.load_interval (0: their default)")
 	fs.IntVar(&c.AffinityRuns, "affinity-runs", 1, "times (c) runs each mode, interleaved (local, fleet, affinity off, local, ...); the summary shows their means")
 	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max_tokens of (c) requests")
 	fs.DurationVar(&c.Drain, "drain", 20*time.Second, "after (c)'s last arrival, how long to wait for answers")

@@ -66,13 +66,14 @@ func runFleetMeasures(ctx context.Context, c *fleetConfig, rows []dolly.Row, rep
 
 // gatewayYAML describes one gateway set's config.
 type gatewayYAML struct {
-	mode        fleetMode
-	prefix      string // Redis key prefix, fresh per set so no state leaks between runs
-	redisURL    string
-	base, alpha float64
-	maxSlow     int
-	policy      string // a sweep policy name
-	fast, slow  []*replica
+	mode         fleetMode
+	prefix       string // Redis key prefix, fresh per set so no state leaks between runs
+	redisURL     string
+	base, alpha  float64
+	maxSlow      int
+	policy       string        // a sweep policy name
+	loadInterval time.Duration // 0: the default
+	fast, slow   []*replica
 }
 
 // render is gateway i's config file.
@@ -96,6 +97,9 @@ func (y gatewayYAML) render(i int) string {
 	if y.mode.Fleet {
 		fmt.Fprintf(&b, "fleet:\n  enabled: true\n  url: %s\n  key_prefix: %s\n  gateway_id: gw-%d\n  affinity:\n    enabled: %t\n",
 			y.redisURL, y.prefix, i, y.mode.Affinity)
+		if y.loadInterval > 0 {
+			fmt.Fprintf(&b, "    load_interval: %s\n    load_expiry: %s\n", y.loadInterval, max(time.Second, 2*y.loadInterval))
+		}
 	}
 	return b.String()
 }
@@ -104,7 +108,7 @@ func (y gatewayYAML) render(i int) string {
 func (e *fleetEnv) start(ctx context.Context, y gatewayYAML) (*fleetGateways, error) {
 	e.runs++
 	name := fmt.Sprintf("set%02d", e.runs)
-	y.prefix, y.redisURL = "bench-"+name, e.redis.url()
+	y.prefix, y.redisURL, y.loadInterval = "bench-"+name, e.redis.url(), e.c.LoadInterval
 	fmt.Fprintf(e.stderr, "  starting %s: %s ...\n", name, y.mode.Name)
 	return startGateways(ctx, e.c, name, y.mode.Gateways, y.render)
 }
