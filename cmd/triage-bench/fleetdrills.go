@@ -51,6 +51,12 @@ func (e *fleetEnv) drill(ctx context.Context, y gatewayYAML, slow []*replica, ki
 	if err != nil {
 		return r, err
 	}
+	// Let the fleet settle: on a starved machine the warm-up's inference burst can delay a
+	// gateway's Redis commands past their timeout, and a gateway that rejoins holds its grant
+	// for one lease; a fault in that window would measure the warm-up, not the fault.
+	if !sleepUntil(ctx, time.Now().Add(e.c.DrillSettle)) {
+		return r, ctx.Err()
+	}
 	d := e.c.DrillDuration
 	start := time.Now()
 	stop := e.pollSlow(ctx, set, slow, true)
@@ -64,7 +70,7 @@ func (e *fleetEnv) drill(ctx context.Context, y gatewayYAML, slow []*replica, ki
 		return r, faultErr
 	}
 	r.analyze(d)
-	r.LogLines = countLogLines(set, "falling back to local state", "using the fleet's shared state",
+	r.LogLines = countLogLines(set, start, "falling back to local state", "using the fleet's shared state",
 		"subscription lost", "fleet affinity: subscribed")
 	e.printDrill(r)
 	return r, nil
@@ -143,15 +149,20 @@ func (r *drillResult) analyze(d time.Duration) {
 	}
 }
 
-// countLogLines counts, over the set's gateway logs, the lines containing each phrase.
-func countLogLines(set *fleetGateways, phrases ...string) map[string]int {
+// countLogLines counts, over the set's gateway logs, the lines logged from since on that
+// contain each phrase. The gateways log JSON lines starting with their UTC time.
+func countLogLines(set *fleetGateways, since time.Time, phrases ...string) map[string]int {
 	out := map[string]int{}
+	from := `{"time":"` + since.UTC().Format("2006-01-02T15:04:05.000000000Z")
 	for _, g := range set.gws {
 		b, err := os.ReadFile(g.logPath)
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
+			if line < from {
+				continue
+			}
 			for _, p := range phrases {
 				if strings.Contains(line, p) {
 					out[p]++

@@ -141,7 +141,11 @@ func (r *FleetReport) writeDrills(b *strings.Builder) {
 		if d.RestartAt > 0 {
 			fmt.Fprintf(b, ", redis-server started again at %.1f s", d.RestartAt)
 		}
-		fmt.Fprintf(b, "; gateway log lines: %s.", report.Counts(d.LogLines))
+		lines := report.Counts(d.LogLines)
+		if lines == "" {
+			lines = "none about Redis or affinity"
+		}
+		fmt.Fprintf(b, "; gateway log lines during the drill: %s.", lines)
 		if d.Load.FirstError != "" {
 			fmt.Fprintf(b, " First failure: `%.160s`.", d.Load.FirstError)
 		}
