@@ -43,8 +43,9 @@ import (
 //     for the other gateways' part (triage_fleet_budget_sync_age_seconds).
 //   - While Redis is down a gateway keeps the grant it had (so the grants still sum to at
 //     most Max) and computes its load from its own share; one that never reached Redis uses
-//     FallbackSlots. After rejoining it does not raise its grant for one LeaseTTL, so a
-//     gateway that has not yet rejoined cannot be crowded out of the slots it still uses.
+//     FallbackSlots. After rejoining it keeps its grant as it is for one LeaseTTL, so a
+//     gateway that has not yet rejoined cannot be crowded out of the slots it still uses,
+//     and the fleet's grants still add up to what they were before the outage.
 type Budget struct {
 	conn *Conn
 	cfg  BudgetConfig
@@ -65,7 +66,7 @@ type Budget struct {
 
 	syncMu    sync.Mutex // one sync at a time; guards the fields below
 	seenGen   uint64     // Conn generation at the last sync
-	holdUntil time.Time  // no raises before this (after a rejoin)
+	holdUntil time.Time  // the grant is kept as it is until then (after a rejoin)
 	rateMark  int64      // acquired at the previous sync
 	rateAt    time.Time
 	lastRate  float64 // slots per second, smoothed
@@ -314,7 +315,10 @@ func (b *Budget) syncLocked(ctx context.Context) error {
 		limit, a := unpack(s)
 		want = a + h
 		if now.Before(b.holdUntil) {
-			want = min(want, max(limit, a))
+			// Keep the grant: no raise, so the gateways that have not rejoined yet keep the
+			// slots they use; no lowering either, or every dip in use would shrink the grant
+			// for the rest of the hold, with no way back up until it ends.
+			want = max(limit, a)
 		}
 		want = min(want, b.max)
 		active = a
