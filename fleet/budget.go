@@ -59,6 +59,7 @@ type Budget struct {
 	live     atomic.Int64 // live gateways at the last sync, this one included
 	lastSync atomic.Int64 // unix nanoseconds of the last successful sync; 0: never
 	acquired atomic.Int64 // slots ever taken, for the rate that sizes the headroom
+	holding  atomic.Int64 // unix nanoseconds until which the grant is held (holdUntil)
 
 	// syncing is closed when the sync running now ends; nil when none runs. Top-ups that find
 	// a sync running wait on it instead of starting another.
@@ -172,8 +173,8 @@ func (b *Budget) tryLocal() bool {
 }
 
 // TryAcquire takes a slot and reports whether it did; it never waits longer than one
-// top-up sync (fleet.command_timeout), and makes none while Redis is down or the fleet is
-// full as last seen.
+// top-up sync (fleet.command_timeout), and makes none while Redis is down, while the fleet
+// is full as last seen, or while the grant is held after a rejoin.
 func (b *Budget) TryAcquire() bool {
 	if b.tryLocal() {
 		return true
@@ -184,6 +185,9 @@ func (b *Budget) TryAcquire() bool {
 	limit, _ := unpack(b.state.Load())
 	if int(b.othersG.Load())+limit >= b.max {
 		return false // the fleet had no free slot at the last sync
+	}
+	if time.Now().UnixNano() < b.holding.Load() {
+		return false // the grant is held after a rejoin: a top-up could not raise it
 	}
 	b.topUp()
 	return b.tryLocal()
@@ -303,6 +307,7 @@ func (b *Budget) syncLocked(ctx context.Context) error {
 		// not handed out under them.
 		b.seenGen = g
 		b.holdUntil = now.Add(b.cfg.LeaseTTL)
+		b.holding.Store(b.holdUntil.UnixNano())
 		b.conn.log.Info("fleet budget: rejoined; holding the current grant for one lease", "lease_ttl", b.cfg.LeaseTTL.String())
 	}
 	h := b.headroom(now)

@@ -282,8 +282,18 @@ func TestRejoinHoldsTheGrantAsItIs(t *testing.T) {
 	syncs := r.CommandCalls("evalsha") + r.CommandCalls("eval")
 	require.Eventually(t, func() bool { return r.CommandCalls("evalsha")+r.CommandCalls("eval") >= syncs+10 }, 2*time.Second, 5*time.Millisecond)
 	_, limit := a.budget.Local()
+	topups := value(a.conn.m.topups.WithLabelValues("ok")) + value(a.conn.m.topups.WithLabelValues("joined"))
+	for a.budget.TryAcquire() {
+	}
+	n, _ := a.budget.Local()
 	if time.Since(rejoined) < cfg.Budget.LeaseTTL {
 		require.Equal(t, held, limit, "the grant is kept through the hold")
+		require.Equal(t, held, n, "its slots are all usable")
+		require.Equal(t, topups, value(a.conn.m.topups.WithLabelValues("ok"))+value(a.conn.m.topups.WithLabelValues("joined")),
+			"no top-up while held: it could not raise the grant")
+	}
+	for range n - 1 {
+		a.budget.Release()
 	}
 	// After the hold the grant follows the use again.
 	require.Eventually(t, func() bool { _, l := a.budget.Local(); return l < held }, 5*time.Second, 10*time.Millisecond)
