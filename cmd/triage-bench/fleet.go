@@ -109,7 +109,7 @@ func (c *fleetConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.StringVar(policies, "policies", *policies, "comma-separated replica policies (c) runs with (lmetric-sticky: lmetric, variant sticky)")
 	fs.IntVar(&c.TraceReplicas, "trace-replicas", 4, "replicas of (c), fresh for every run")
 	fs.DurationVar(&c.LoadInterval, "load-interval", 0, "the gateways' fleet.affinity.load_interval (0: their default)")
-	fs.IntVar(&c.AffinityRuns, "affinity-runs", 1, "times (c) runs each mode, interleaved (local, fleet, affinity off, local, ...); the summary shows their means")
+	fs.IntVar(&c.AffinityRuns, "affinity-runs", 1, "times (c) runs each mode, interleaved (local, fleet, affinity off, local, ...); the summary shows their medians")
 	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max_tokens of (c) requests")
 	fs.DurationVar(&c.Drain, "drain", 20*time.Second, "after (c)'s last arrival, how long to wait for answers")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 40*time.Second, "client timeout of one request")

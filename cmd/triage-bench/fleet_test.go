@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/upstream/policy"
 )
@@ -109,4 +111,19 @@ func TestDrillAnalyze(t *testing.T) {
 	require.InDelta(t, 0.3, redis.FallbackS, 1e-9)
 	require.InDelta(t, 0.4, redis.RejoinS, 1e-9)
 	require.Zero(t, redis.WholeS, "the grants never fell short")
+}
+
+func TestMedian(t *testing.T) {
+	require.True(t, math.IsNaN(median(nil)))
+	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	require.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+	r := &FleetReport{Affinity: []traceResult{
+		{Policy: "p", Mode: fleetMode{Name: "m"}, HitRate: 0.8, TTFT: stats.Summary{Mean: 70}},
+		{Policy: "p", Mode: fleetMode{Name: "m"}, HitRate: 0.9, TTFT: stats.Summary{Mean: 300}}, // a stalled run
+		{Policy: "p", Mode: fleetMode{Name: "m"}, HitRate: 0.85, TTFT: stats.Summary{Mean: 75}},
+		{Policy: "p", Mode: fleetMode{Name: "other"}, HitRate: 0.1, TTFT: stats.Summary{Mean: 1}},
+	}}
+	hit, ttft := r.affinityMedians("p", "m")
+	require.Equal(t, 0.85, hit)
+	require.Equal(t, 75.0, ttft)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/triage-gw/triage/bench/report"
@@ -73,12 +74,12 @@ func (r *FleetReport) writeSummary(b *strings.Builder) {
 	}
 	runs := ""
 	if r.Config.AffinityRuns > 1 {
-		runs = fmt.Sprintf(" (mean of %d runs)", r.Config.AffinityRuns)
+		runs = fmt.Sprintf(" (median of %d runs)", r.Config.AffinityRuns)
 	}
 	for _, p := range r.Config.Policies {
-		hl, tl := r.affinityMeans(p, lm.Name)
-		hf, tf := r.affinityMeans(p, fm.Name)
-		hn, tn := r.affinityMeans(p, nm.Name)
+		hl, tl := r.affinityMedians(p, lm.Name)
+		hf, tf := r.affinityMedians(p, fm.Name)
+		hn, tn := r.affinityMedians(p, nm.Name)
 		if math.IsNaN(hl) {
 			continue
 		}
@@ -252,17 +253,28 @@ func (e *fleetEnv) printDrill(d drillResult) {
 		d.Drill, d.Load.Requests, d.Load.FailedStreaming, d.Load.FailedOther, d.Load.Rerouted, d.MaxActive, d.MaxSlow, d.FallbackS, d.RejoinS, d.ReapedS, d.WholeS)
 }
 
-// affinityMeans returns the mean prefix hit rate and mean TTFT (ms) of (c)'s runs of policy
-// in the mode named mode.
-func (r *FleetReport) affinityMeans(policy, mode string) (hit, ttft float64) {
-	n := 0
+// affinityMedians returns the median over (c)'s runs of policy in the mode named mode of the
+// prefix hit rate and of the mean TTFT (ms). A median, because on a shared machine one run
+// in a stall (TTFT several times the others') would move a mean of three runs by half.
+func (r *FleetReport) affinityMedians(policy, mode string) (hit, ttft float64) {
+	var hits, ttfts []float64
 	for _, a := range r.Affinity {
 		if a.Policy == policy && a.Mode.Name == mode {
-			hit, ttft, n = hit+a.HitRate, ttft+a.TTFT.Mean, n+1
+			hits, ttfts = append(hits, a.HitRate), append(ttfts, a.TTFT.Mean)
 		}
 	}
-	if n == 0 {
-		return math.NaN(), math.NaN()
+	return median(hits), median(ttfts)
+}
+
+// median is the middle value, the mean of the two middle ones for an even count, NaN for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
 	}
-	return hit / float64(n), ttft / float64(n)
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }
