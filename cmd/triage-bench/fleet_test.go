@@ -127,3 +127,10 @@ func TestMedian(t *testing.T) {
 	require.Equal(t, 0.85, hit)
 	require.Equal(t, 75.0, ttft)
 }
+
+func TestWindows(t *testing.T) {
+	w := windows([]slowPoll{{At: 0.1, Active: 5, Grants: 12, Live: 3, Up: 3}, {At: 0.4, Active: 9, Grants: 12, Live: 3, Up: 3},
+		{At: 0.6, Active: 4, Grants: 8, Live: 2, Up: 2}, {At: 1.7, Active: 7, Grants: 12, Live: 2, Up: 2}})
+	require.Equal(t, []window{{From: 0, MinActive: 5, MaxActive: 9, Grants: 12, Live: 3, Up: 3},
+		{From: 0.5, MinActive: 4, MaxActive: 4, Grants: 8, Live: 2, Up: 2}, {From: 1.5, MinActive: 7, MaxActive: 7, Grants: 12, Live: 2, Up: 2}}, w)
+}

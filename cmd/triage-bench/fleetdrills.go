@@ -36,7 +36,8 @@ type drillResult struct {
 	MinGrants int `json:"min_grants_after_fault"`
 	// LogLines counts the gateways' log lines about the fault and the recovery.
 	LogLines map[string]int `json:"log_lines"`
-	Polls    []slowPoll     `json:"polls"`
+	Timeline []window       `json:"timeline"`
+	Polls    []slowPoll     `json:"-"` // every --poll; Timeline sums them up
 }
 
 // drill runs the budget load over a fresh fleet for drill-duration with the fault of kind.
@@ -70,6 +71,7 @@ func (e *fleetEnv) drill(ctx context.Context, y gatewayYAML, slow []*replica, ki
 		return r, faultErr
 	}
 	r.analyze(d)
+	r.Timeline = windows(r.Polls)
 	r.LogLines = countLogLines(set, start, "falling back to local state", "using the fleet's shared state",
 		"subscription lost", "fleet affinity: subscribed")
 	e.printDrill(r)

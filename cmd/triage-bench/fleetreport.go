@@ -160,26 +160,39 @@ func (r *FleetReport) writeDrills(b *strings.Builder) {
 
 // writeTimeline renders a drill's polls in half-second windows.
 func writeTimeline(b *strings.Builder, d drillResult) {
-	if len(d.Polls) == 0 {
+	if len(d.Timeline) == 0 {
 		return
 	}
 	fmt.Fprintf(b, "### %s, half-second windows\n\n| from s | slow in flight min–max | grants summed | gateways answering | gateways with Redis up |\n|---|---|---|---|---|\n", d.Drill)
-	for w := 0.0; ; w += 0.5 {
-		lo, hi, grants, live, up, n := math.MaxInt, 0, 0, 0, 0, 0
-		for _, p := range d.Polls {
-			if p.At >= w && p.At < w+0.5 {
-				lo, hi, grants, live, up, n = min(lo, p.Active), max(hi, p.Active), p.Grants, p.Live, p.Up, n+1
-			}
-		}
-		if n == 0 {
-			if w > d.Polls[len(d.Polls)-1].At {
-				break
-			}
-			continue
-		}
-		fmt.Fprintf(b, "| %.1f | %d–%d | %d | %d | %d |\n", w, lo, hi, grants, live, up)
+	for _, w := range d.Timeline {
+		fmt.Fprintf(b, "| %.1f | %d–%d | %d | %d | %d |\n", w.From, w.MinActive, w.MaxActive, w.Grants, w.Live, w.Up)
 	}
 	b.WriteString("\n")
+}
+
+// window is a half second of a drill's polls: the range of slow requests held, and the
+// grants, answering gateways and gateways with Redis up at its last poll.
+type window struct {
+	From      float64 `json:"from_s"`
+	MinActive int     `json:"min_active"`
+	MaxActive int     `json:"max_active"`
+	Grants    int     `json:"grants"`
+	Live      int     `json:"live"`
+	Up        int     `json:"fleet_up"`
+}
+
+func windows(polls []slowPoll) []window {
+	var out []window
+	for _, p := range polls {
+		from := math.Floor(p.At*2) / 2
+		if len(out) == 0 || out[len(out)-1].From != from {
+			out = append(out, window{From: from, MinActive: p.Active})
+		}
+		w := &out[len(out)-1]
+		w.MinActive, w.MaxActive = min(w.MinActive, p.Active), max(w.MaxActive, p.Active)
+		w.Grants, w.Live, w.Up = p.Grants, p.Live, p.Up
+	}
+	return out
 }
 
 // writeBudgetDetail describes (a), (b) and (d) per mode.
