@@ -43,8 +43,9 @@ import (
 //     for the other gateways' part (triage_fleet_budget_sync_age_seconds).
 //   - While Redis is down a gateway keeps the grant it had (so the grants still sum to at
 //     most Max) and computes its load from its own share; one that never reached Redis uses
-//     FallbackSlots. After rejoining it does not raise its grant for one LeaseTTL, so a
-//     gateway that has not yet rejoined cannot be crowded out of the slots it still uses.
+//     FallbackSlots. After rejoining it keeps its grant as it is for one LeaseTTL, so a
+//     gateway that has not yet rejoined cannot be crowded out of the slots it still uses,
+//     and the fleet's grants still add up to what they were before the outage.
 type Budget struct {
 	conn *Conn
 	cfg  BudgetConfig
@@ -58,6 +59,7 @@ type Budget struct {
 	live     atomic.Int64 // live gateways at the last sync, this one included
 	lastSync atomic.Int64 // unix nanoseconds of the last successful sync; 0: never
 	acquired atomic.Int64 // slots ever taken, for the rate that sizes the headroom
+	holding  atomic.Int64 // unix nanoseconds until which the grant is held (holdUntil)
 
 	// syncing is closed when the sync running now ends; nil when none runs. Top-ups that find
 	// a sync running wait on it instead of starting another.
@@ -65,7 +67,7 @@ type Budget struct {
 
 	syncMu    sync.Mutex // one sync at a time; guards the fields below
 	seenGen   uint64     // Conn generation at the last sync
-	holdUntil time.Time  // no raises before this (after a rejoin)
+	holdUntil time.Time  // the grant is kept as it is until then (after a rejoin)
 	rateMark  int64      // acquired at the previous sync
 	rateAt    time.Time
 	lastRate  float64 // slots per second, smoothed
@@ -171,8 +173,8 @@ func (b *Budget) tryLocal() bool {
 }
 
 // TryAcquire takes a slot and reports whether it did; it never waits longer than one
-// top-up sync (fleet.command_timeout), and makes none while Redis is down or the fleet is
-// full as last seen.
+// top-up sync (fleet.command_timeout), and makes none while Redis is down, while the fleet
+// is full as last seen, or while the grant is held after a rejoin.
 func (b *Budget) TryAcquire() bool {
 	if b.tryLocal() {
 		return true
@@ -183,6 +185,9 @@ func (b *Budget) TryAcquire() bool {
 	limit, _ := unpack(b.state.Load())
 	if int(b.othersG.Load())+limit >= b.max {
 		return false // the fleet had no free slot at the last sync
+	}
+	if time.Now().UnixNano() < b.holding.Load() {
+		return false // the grant is held after a rejoin: a top-up could not raise it
 	}
 	b.topUp()
 	return b.tryLocal()
@@ -302,6 +307,7 @@ func (b *Budget) syncLocked(ctx context.Context) error {
 		// not handed out under them.
 		b.seenGen = g
 		b.holdUntil = now.Add(b.cfg.LeaseTTL)
+		b.holding.Store(b.holdUntil.UnixNano())
 		b.conn.log.Info("fleet budget: rejoined; holding the current grant for one lease", "lease_ttl", b.cfg.LeaseTTL.String())
 	}
 	h := b.headroom(now)
@@ -314,7 +320,10 @@ func (b *Budget) syncLocked(ctx context.Context) error {
 		limit, a := unpack(s)
 		want = a + h
 		if now.Before(b.holdUntil) {
-			want = min(want, max(limit, a))
+			// Keep the grant: no raise, so the gateways that have not rejoined yet keep the
+			// slots they use; no lowering either, or every dip in use would shrink the grant
+			// for the rest of the hold, with no way back up until it ends.
+			want = max(limit, a)
 		}
 		want = min(want, b.max)
 		active = a

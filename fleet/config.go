@@ -43,8 +43,9 @@ type Config struct {
 	// startup (hostname plus random suffix). Ids must be unique across the fleet.
 	GatewayID string `yaml:"gateway_id"`
 
-	Budget BudgetConfig `yaml:"budget"`
-	Cache  CacheConfig  `yaml:"cache"`
+	Budget   BudgetConfig   `yaml:"budget"`
+	Cache    CacheConfig    `yaml:"cache"`
+	Affinity AffinityConfig `yaml:"affinity"`
 }
 
 // BudgetConfig tunes the fleet-wide slow-path budget. decision.max_slow_concurrency is the
@@ -81,6 +82,25 @@ type CacheConfig struct {
 	WriteQueue int `yaml:"write_queue"`
 }
 
+// AffinityConfig tunes what the gateways tell each other about the replicas: each pick of a
+// prefix-aware policy (so a conversation keeps its replica whichever gateway its turns reach)
+// and each gateway's requests in flight per replica (so every policy balances the fleet's
+// load). Both travel over Redis pub/sub and are hints: none is waited for on the request path.
+type AffinityConfig struct {
+	// Enabled shares picks and in-flight counts (fleet mode only). Default true.
+	Enabled bool `yaml:"enabled"`
+	// LoadInterval is how often a gateway publishes its requests in flight per replica; the
+	// other gateways' part of a candidate's load is at most this old (plus delivery).
+	// Default 100ms.
+	LoadInterval time.Duration `yaml:"load_interval"`
+	// LoadExpiry drops a gateway's counts when nothing was heard from it for this long (it
+	// died, or the messages stopped). >= 2 × load_interval. Default 1s.
+	LoadExpiry time.Duration `yaml:"load_expiry"`
+	// PublishQueue bounds the picks waiting to be published; past it picks are dropped and
+	// counted (a dropped pick costs at most a cache hit elsewhere). Default 4096.
+	PublishQueue int `yaml:"publish_queue"`
+}
+
 // DefaultConfig returns fleet mode off, with the defaults documented on each field.
 func DefaultConfig() Config {
 	return Config{
@@ -94,7 +114,8 @@ func DefaultConfig() Config {
 			Headroom:      2,
 			FallbackSlots: 4,
 		},
-		Cache: CacheConfig{Enabled: true, TTL: 10 * time.Minute, WriteQueue: 4096},
+		Cache:    CacheConfig{Enabled: true, TTL: 10 * time.Minute, WriteQueue: 4096},
+		Affinity: AffinityConfig{Enabled: true, LoadInterval: 100 * time.Millisecond, LoadExpiry: time.Second, PublishQueue: 4096},
 	}
 }
 
@@ -122,6 +143,7 @@ func (c Config) ValidateAt(path string) error {
 	}{
 		{"dial_timeout", c.DialTimeout}, {"command_timeout", c.CommandTimeout}, {"check_interval", c.CheckInterval},
 		{"budget.sync_interval", c.Budget.SyncInterval}, {"budget.lease_ttl", c.Budget.LeaseTTL}, {"cache.ttl", c.Cache.TTL},
+		{"affinity.load_interval", c.Affinity.LoadInterval}, {"affinity.load_expiry", c.Affinity.LoadExpiry},
 	} {
 		if d.v <= 0 {
 			bad(d.field, "must be > 0, got %s", d.v)
@@ -138,6 +160,12 @@ func (c Config) ValidateAt(path string) error {
 	}
 	if c.Cache.WriteQueue < 1 || c.Cache.WriteQueue > 1<<20 {
 		bad("cache.write_queue", "must be in [1, %d], got %d", 1<<20, c.Cache.WriteQueue)
+	}
+	if c.Affinity.LoadInterval > 0 && c.Affinity.LoadExpiry < 2*c.Affinity.LoadInterval {
+		bad("affinity.load_expiry", "must be >= 2 × affinity.load_interval (%s), got %s", 2*c.Affinity.LoadInterval, c.Affinity.LoadExpiry)
+	}
+	if c.Affinity.PublishQueue < 1 || c.Affinity.PublishQueue > 1<<20 {
+		bad("affinity.publish_queue", "must be in [1, %d], got %d", 1<<20, c.Affinity.PublishQueue)
 	}
 	if strings.ContainsAny(c.GatewayID, " \t\r\n") {
 		bad("gateway_id", "must not contain whitespace, got %q", c.GatewayID)

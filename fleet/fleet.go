@@ -7,17 +7,21 @@ import (
 )
 
 // Fleet is one gateway's membership of a fleet: the Redis connection, the fleet-wide
-// slow-path budget and the shared result cache. Run owns their background work and stops it
+// slow-path budget, the shared result cache and replica affinity. Run owns their background work and stops it
 // in order.
 type Fleet struct {
 	Conn   *Conn
 	Budget *Budget
 	// Cache is nil when fleet.cache.enabled is false.
 	Cache *Cache
+	// Affinity is nil when fleet.affinity.enabled is false. Attach the pools to it before
+	// Run.
+	Affinity *Affinity
 }
 
 // New dials Redis (see Dial for when it fails and when it starts in local mode) and builds
-// the budget of maxSlow slots for the whole fleet and, if enabled, the shared cache.
+// the budget of maxSlow slots for the whole fleet and, if enabled, the shared cache and
+// affinity.
 func New(cfg Config, maxSlow int, opts Options) (*Fleet, error) {
 	conn, err := Dial(cfg, opts)
 	if err != nil {
@@ -32,12 +36,16 @@ func New(cfg Config, maxSlow int, opts Options) (*Fleet, error) {
 	if cfg.Cache.Enabled {
 		f.Cache = NewCache(conn)
 	}
+	if cfg.Affinity.Enabled {
+		f.Affinity = NewAffinity(conn)
+	}
 	return f, nil
 }
 
-// Run keeps the connection checked, the budget synced and the cache written until ctx ends;
-// then it stops the budget first (which gives this gateway's grant back over the still open
-// connection), then the cache writer, then the connection. Run may be called once.
+// Run keeps the connection checked, the budget synced, the cache written and affinity
+// shared until ctx ends; then it stops the budget first (which gives this gateway's grant
+// back over the still open connection), the cache writer and affinity, then the connection.
+// Run may be called once.
 func (f *Fleet) Run(ctx context.Context) error {
 	connCtx, stopConn := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopConn()
@@ -47,6 +55,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 	parts.Go(func() { f.Budget.Run(ctx) })
 	if f.Cache != nil {
 		parts.Go(func() { f.Cache.Run(ctx) })
+	}
+	if f.Affinity != nil {
+		parts.Go(func() { f.Affinity.Run(ctx) })
 	}
 	parts.Wait()
 	stopConn()

@@ -238,6 +238,9 @@ func TestConfigValidation(t *testing.T) {
 		{"lease too short", func(c *Config) { c.Budget.LeaseTTL = 50 * time.Millisecond }, "fleet.budget.lease_ttl: must be >= 5"},
 		{"headroom", func(c *Config) { c.Budget.Headroom = 0 }, "fleet.budget.headroom"},
 		{"timeout", func(c *Config) { c.CommandTimeout = 0 }, "fleet.command_timeout: must be > 0"},
+		{"load interval", func(c *Config) { c.Affinity.LoadInterval = 0 }, "fleet.affinity.load_interval: must be > 0"},
+		{"load expiry", func(c *Config) { c.Affinity.LoadExpiry = 150 * time.Millisecond }, "fleet.affinity.load_expiry: must be >= 2"},
+		{"publish queue", func(c *Config) { c.Affinity.PublishQueue = 0 }, "fleet.affinity.publish_queue"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testFleetConfig("redis://127.0.0.1:6379")
@@ -250,4 +253,47 @@ func TestConfigValidation(t *testing.T) {
 	require.NoError(t, DefaultConfig().Validate(), "off by default and valid")
 	c := testFleetConfig("rediss://cache.internal:6380/2")
 	require.NoError(t, c.Validate())
+}
+
+// After a rejoin a gateway keeps its grant for one lease, whatever its use does meanwhile:
+// a dip in use must not shrink the grant until the hold ends (the fleet's budget would stay
+// short for the whole lease), and a rise must not grow it.
+func TestRejoinHoldsTheGrantAsItIs(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := testFleetConfig(r.URL())
+	cfg.Budget.LeaseTTL = 2 * time.Second // a hold long enough to watch many syncs in it
+	a := joinFleet(t, cfg, "a", 12)
+	for range 6 {
+		require.True(t, a.budget.TryAcquire())
+	}
+	require.Eventually(t, func() bool { _, l := a.budget.Local(); return l >= 8 }, 2*time.Second, 5*time.Millisecond)
+	_, held := a.budget.Local()
+
+	r.Stop()
+	require.Eventually(t, func() bool { return !a.conn.Up() }, 2*time.Second, 5*time.Millisecond)
+	r.Start()
+	require.Eventually(t, func() bool { return a.conn.Up() }, 2*time.Second, 5*time.Millisecond)
+	rejoined := time.Now()
+	for range 5 {
+		a.budget.Release() // use drops from 6 to 1
+	}
+	syncs := r.CommandCalls("evalsha") + r.CommandCalls("eval")
+	require.Eventually(t, func() bool { return r.CommandCalls("evalsha")+r.CommandCalls("eval") >= syncs+10 }, 2*time.Second, 5*time.Millisecond)
+	_, limit := a.budget.Local()
+	topups := value(a.conn.m.topups.WithLabelValues("ok")) + value(a.conn.m.topups.WithLabelValues("joined"))
+	for a.budget.TryAcquire() {
+	}
+	n, _ := a.budget.Local()
+	if time.Since(rejoined) < cfg.Budget.LeaseTTL {
+		require.Equal(t, held, limit, "the grant is kept through the hold")
+		require.Equal(t, held, n, "its slots are all usable")
+		require.Equal(t, topups, value(a.conn.m.topups.WithLabelValues("ok"))+value(a.conn.m.topups.WithLabelValues("joined")),
+			"no top-up while held: it could not raise the grant")
+	}
+	for range n - 1 {
+		a.budget.Release()
+	}
+	// After the hold the grant follows the use again.
+	require.Eventually(t, func() bool { _, l := a.budget.Local(); return l < held }, 5*time.Second, 10*time.Millisecond)
+	a.budget.Release()
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,6 +16,14 @@ type metrics struct {
 	cache        *prometheus.CounterVec // result
 	cacheDropped prometheus.Counter
 	budget       atomic.Pointer[Budget] // set by NewBudget; read by the gauges
+
+	affMessages      *prometheus.CounterVec // direction, kind
+	affBytes         prometheus.Counter
+	affPicksSent     prometheus.Counter
+	affPicksDropped  *prometheus.CounterVec   // reason
+	affPicksReceived *prometheus.CounterVec   // result
+	affIgnored       *prometheus.CounterVec   // reason
+	affinity         atomic.Pointer[Affinity] // set by NewAffinity; read by the gauges
 }
 
 func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
@@ -39,6 +48,7 @@ func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
 	for _, r := range []string{"hit", "miss", "error"} {
 		m.cache.WithLabelValues(r)
 	}
+	m.newAffinityMetrics()
 	budget := func(f func(b *Budget) float64) func() float64 {
 		return func() float64 {
 			if b := m.budget.Load(); b != nil {
@@ -49,6 +59,7 @@ func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
 	}
 	all := []prometheus.Collector{
 		m.errors, m.topups, m.cache, m.cacheDropped,
+		m.affMessages, m.affBytes, m.affPicksSent, m.affPicksDropped, m.affPicksReceived, m.affIgnored,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_fleet_up",
 			Help: "1 while the fleet's Redis is reachable and this gateway uses the shared state; 0 while it serves on local state.",
@@ -75,10 +86,84 @@ func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
 			Help: "Time since the last successful budget sync: how old this gateway's view of the other gateways' load is (-1 before the first).",
 		}, budget(func(b *Budget) float64 { return b.syncAge() })),
 	}
+	all = append(all, m.affinityGauges()...)
 	for _, col := range all {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("fleet: register metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// newAffinityMetrics makes the affinity counters, each label value from a fixed set.
+func (m *metrics) newAffinityMetrics() {
+	m.affMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_fleet_affinity_messages_total",
+		Help: "Affinity pub/sub messages by direction (sent, received: from other gateways, applied) and kind (picks, load).",
+	}, []string{"direction", "kind"})
+	m.affBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "triage_fleet_affinity_sent_bytes_total",
+		Help: "Bytes of affinity messages published (picks and load snapshots).",
+	})
+	m.affPicksSent = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "triage_fleet_affinity_picks_published_total",
+		Help: "Picks of this gateway's prefix-aware policies published to the other gateways.",
+	})
+	m.affPicksDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_fleet_affinity_picks_dropped_total",
+		Help: "Picks not published, by reason (queue_full, redis_down, publish_error); the other gateways route those conversations on their own state.",
+	}, []string{"reason"})
+	m.affPicksReceived = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_fleet_affinity_picks_received_total",
+		Help: "Other gateways' picks received, by result (applied to this gateway's policy, or ignored: a policy that learns nothing from it, another block size, a replica this gateway does not have).",
+	}, []string{"result"})
+	m.affIgnored = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_fleet_affinity_messages_ignored_total",
+		Help: "Affinity messages not applied, by reason (own: this gateway's, malformed, unknown_pool, inbox_full).",
+	}, []string{"reason"})
+	for _, d := range []string{"sent", "received"} {
+		for _, k := range []string{"picks", "load"} {
+			m.affMessages.WithLabelValues(d, k)
+		}
+	}
+	for _, r := range []string{"queue_full", "redis_down", "publish_error"} {
+		m.affPicksDropped.WithLabelValues(r)
+	}
+	for _, r := range []string{"applied", "ignored"} {
+		m.affPicksReceived.WithLabelValues(r)
+	}
+	for _, r := range []string{"own", "malformed", "unknown_pool", "inbox_full"} {
+		m.affIgnored.WithLabelValues(r)
+	}
+}
+
+// affinityGauges read the running Affinity, if any.
+func (m *metrics) affinityGauges() []prometheus.Collector {
+	read := func(f func(a *Affinity) float64, none float64) func() float64 {
+		return func() float64 {
+			if a := m.affinity.Load(); a != nil {
+				return f(a)
+			}
+			return none
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_fleet_affinity_subscribed",
+			Help: "1 while this gateway receives the other gateways' picks and load; 0 while it routes on local state only.",
+		}, read(func(a *Affinity) float64 {
+			if a.subscribed.Load() {
+				return 1
+			}
+			return 0
+		}, 0)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_fleet_affinity_peers",
+			Help: "Other gateways whose in-flight snapshot is live (heard from within fleet.affinity.load_expiry).",
+		}, read(func(a *Affinity) float64 { n, _ := a.freshest(time.Now()); return float64(n) }, 0)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_fleet_affinity_snapshot_age_seconds",
+			Help: "Age of the freshest in-flight snapshot from another gateway: how stale the fleet part of the replicas' load is (-1 when there is none).",
+		}, read(func(a *Affinity) float64 { _, age := a.freshest(time.Now()); return age }, -1)),
+	}
 }

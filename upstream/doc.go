@@ -22,6 +22,13 @@
 // are stale by up to that interval; after three intervals without a
 // successful scrape the candidate is marked not Fresh, its last values kept.
 //
+// Fleet mode: when several gateways share replicas, Options.Remote adds the other gateways'
+// in-flight counts (as of their latest snapshots) to each Candidate's InFlight, and
+// Options.Picks receives what the policy shares about each pick (policy.Sharer), which the
+// other gateways apply to their own copy of the policy through ObservePick. Package fleet
+// implements both over Redis; this package does not know it. MaxInFlightPerReplica stays a
+// per-gateway cap on this gateway's own requests.
+//
 // Health: a replica takes requests unless it is draining (operator), failing
 // its active health checks, or passively ejected after consecutive request
 // failures (until its cooldown ends; then one failure ejects it again, one

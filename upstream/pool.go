@@ -47,6 +47,14 @@ type Options struct {
 	// Admitter replaces the admission built from PoolConfig.Admission. Nil
 	// means build it from the config.
 	Admitter Admitter
+	// Picks receives every pick the pool's policy can share with the other
+	// gateways of a fleet (policies implementing policy.Sharer). Nil means
+	// local mode: nothing is published.
+	Picks PickPublisher
+	// Remote adds the other gateways' requests in flight to each candidate's
+	// InFlight, so the policy balances the fleet's load. Nil means local
+	// mode: InFlight is this gateway's own.
+	Remote RemoteLoad
 }
 
 // Pool is a set of replicas serving one model, and the only way requests
@@ -57,6 +65,9 @@ type Pool struct {
 	byID      map[string]*replica
 	picker    policy.Picker
 	finisher  policy.Finisher // picker as a policy.Finisher, or nil
+	sharer    policy.Sharer   // picker as a policy.Sharer, or nil
+	picks     PickPublisher   // nil in local mode
+	remote    RemoteLoad      // nil in local mode
 	admitter  Admitter
 	transport http.RoundTripper
 	owned     *http.Transport // closed by Run on exit; nil if injected
@@ -108,8 +119,11 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		now:       opts.Now,
 		metrics:   m,
 		retries:   m.retries.WithLabelValues(cfg.Name),
+		picks:     opts.Picks,
+		remote:    opts.Remote,
 	}
 	p.finisher, _ = picker.(policy.Finisher)
+	p.sharer, _ = picker.(policy.Sharer)
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -186,9 +200,14 @@ func (p *Pool) InFlight() int {
 // Replicas returns a snapshot of every replica in configuration order.
 func (p *Pool) Replicas() []ReplicaStatus {
 	now := p.now()
+	var remote map[string]int
+	if p.remote != nil {
+		remote = p.remote.RemoteInFlight(p.cfg.Name)
+	}
 	out := make([]ReplicaStatus, len(p.replicas))
 	for i, r := range p.replicas {
 		out[i] = r.status(now, p.staleAfter())
+		out[i].RemoteInFlight = remote[r.id]
 	}
 	return out
 }
@@ -305,6 +324,10 @@ func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
 	cands := make([]policy.Candidate, 0, len(p.replicas))
 	reps := make([]*replica, 0, len(p.replicas))
 	full := 0
+	var remote map[string]int
+	if p.remote != nil {
+		remote = p.remote.RemoteInFlight(p.cfg.Name)
+	}
 	for _, r := range p.replicas {
 		if r.id == exclude {
 			continue
@@ -316,7 +339,9 @@ func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
 		case limit > 0 && r.inFlight.Load() >= int64(limit):
 			full++
 		default:
-			cands = append(cands, r.candidate(now, stale))
+			c := r.candidate(now, stale)
+			c.InFlight += remote[r.id]
+			cands = append(cands, c)
 			reps = append(reps, r)
 		}
 	}
@@ -328,6 +353,7 @@ func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
 		r := reps[i]
 		if r.tryAcquire(limit) {
 			r.metrics.inflight.Inc()
+			p.publishPick(req, r)
 			return r, nil
 		}
 		// Another request took the replica's last slot between the snapshot

@@ -35,8 +35,11 @@ type ReplicaStatus struct {
 	Model  string      `json:"model"`
 	Weight float64     `json:"weight"`
 	State  HealthState `json:"state"`
-	// InFlight is the router-local count of unfinished requests.
+	// InFlight is this gateway's count of unfinished requests.
 	InFlight int `json:"in_flight"`
+	// RemoteInFlight is the other gateways' (fleet mode), as of their latest
+	// snapshots; 0 in local mode. The policy sees InFlight + RemoteInFlight.
+	RemoteInFlight int `json:"remote_in_flight"`
 	// ConsecutiveFailures counts passive failures since the last success.
 	ConsecutiveFailures int `json:"consecutive_failures"`
 	// EjectedUntil is set while State is StateEjected.

@@ -2,6 +2,7 @@
 //
 //	triage-bench policies [flags]   replica-policy sweep on simulated replicas (no gateway needed)
 //	triage-bench gateway [flags]    gateway benchmarks against a bin/triage subprocess
+//	triage-bench fleet [flags]      fleet mode: gateways, Redis and replicas as processes
 //	triage-bench hello [flags]      bare net/http hello-world server, the HTTP baseline
 //
 // Every run is bounded in time and request count, and all traffic stays on
@@ -45,6 +46,10 @@ Commands:
              hit rate, per-replica load and Jain's index
   gateway    start bin/triage as a subprocess and run the gateway scenarios
              (seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost)
+  fleet      start redis-server, mockllm replicas and 1 or 3 gateways as processes
+             and measure fleet mode against one gateway: slow-path budget,
+             result-cache hit rate, prefix affinity, added latency, and the
+             kill -9 and Redis outage drills
   hello      serve a bare net/http hello world (the HTTP baseline of conc-hit)
 
 Run "triage-bench <command> -h" for a command's flags and defaults.
@@ -60,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPolicies(ctx, args[1:], stdout, stderr)
 	case "gateway":
 		return runGateway(ctx, args[1:], stdout, stderr)
+	case "fleet":
+		return runFleet(ctx, args[1:], stdout, stderr)
 	case "hello":
 		return runHello(ctx, args[1:], stderr)
 	case "-h", "-help", "--help", "help":

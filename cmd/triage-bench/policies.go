@@ -386,7 +386,9 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 
 	stopProbe := report.StartTimerProbe(gctx)
 	start := time.Now()
-	out := replay(gctx, pool, reqs, c.Drain)
+	out := replay(gctx, reqs, c.Drain, func(ctx context.Context, r *preparedRequest, held bool) requestResult {
+		return sendChat(ctx, pool, r, held)
+	})
 	res.Wall = time.Since(start).Seconds()
 	res.TimerLate = stopProbe()
 
@@ -452,11 +454,11 @@ func waitScraped(ctx context.Context, pool *upstream.Pool, limit time.Duration) 
 	}
 }
 
-// replay sends each request at its planned time, or once the same
-// session's previous turn has finished if that is later (a chat client
+// replay sends each request with send at its planned time, or once the
+// same session's previous turn has finished if that is later (a chat client
 // cannot send turn n+1 before it has read answer n). After the last
 // arrival it waits up to drain, then cuts what is left.
-func replay(ctx context.Context, pool *upstream.Pool, reqs []preparedRequest, drain time.Duration) []requestResult {
+func replay(ctx context.Context, reqs []preparedRequest, drain time.Duration, send func(context.Context, *preparedRequest, bool) requestResult) []requestResult {
 	out := make([]requestResult, len(reqs))
 	done := make([]chan struct{}, len(reqs))
 	for i := range done {
@@ -500,7 +502,7 @@ func replay(ctx context.Context, pool *upstream.Pool, reqs []preparedRequest, dr
 					}
 				}
 			}
-			out[i] = sendChat(sendCtx, pool, r, out[i].held)
+			out[i] = send(sendCtx, r, out[i].held)
 		})
 	}
 	finished := make(chan struct{})

@@ -22,6 +22,9 @@ import (
 	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/internal/redistest"
 	"github.com/triage-gw/triage/router"
+	"github.com/triage-gw/triage/sim"
+	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // startGateway wires cfg exactly as serve does (built-in pools when none are configured, the
@@ -334,4 +337,82 @@ func metricsText(t *testing.T, url string) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// Two gateways in fleet mode in front of the same replicas: a conversation's turns sent to
+// alternate gateways stay on one replica (lmetric-sticky, with shared session bindings), and
+// each gateway counts the other as a live peer.
+func TestFleetOfTwoGatewaysKeepsConversationsOnTheirReplica(t *testing.T) {
+	r := redistest.Start(t)
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	// One set of replicas for both gateways (built-in pools would give each its own).
+	for _, p := range []struct {
+		pool *upstream.PoolConfig
+		sim  sim.Config
+		n    int
+	}{{&cfg.Pools.Fast, cfg.Sim.Fast, 4}, {&cfg.Pools.Slow, cfg.Sim.Slow, 2}} {
+		l, err := sim.ListenLocal(p.sim, p.n, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { l.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		ids, urls := l.Replicas()
+		for i := range ids {
+			p.pool.Replicas = append(p.pool.Replicas, upstream.ReplicaConfig{URL: urls[i], ID: ids[i]})
+		}
+		p.pool.Policy.Name = "lmetric"
+		lm := policy.SectionOf[policy.LMetricConfig](p.pool.Policy, "lmetric")
+		lm.Variant = policy.LMetricSticky
+		require.NoError(t, p.pool.Policy.SetSection("lmetric", lm))
+	}
+	cfg.Fleet.Enabled = true
+	cfg.Fleet.URL = r.URL()
+	cfg.Fleet.GatewayID = "gw-a"
+	a, _ := startGateway(t, cfg)
+	cfg.Fleet.GatewayID = "gw-b"
+	b, _ := startGateway(t, cfg)
+	for _, gw := range []string{a, b} {
+		require.Eventually(t, func() bool {
+			m := metricsText(t, gw)
+			return strings.Contains(m, "triage_fleet_affinity_subscribed 1") && strings.Contains(m, "triage_fleet_affinity_peers 1")
+		}, 5*time.Second, 10*time.Millisecond)
+	}
+
+	chat := func(gw, session string, turn int) string {
+		// Each conversation has its own system prompt and a growing history; the last user
+		// message, the one classified, stays a fast one.
+		const ask = `{"role":"user","content":"Classify these animals: cat, shark, eagle"}`
+		msgs := fmt.Sprintf(`{"role":"system","content":"You are the zoo's assistant for %s. %s"},%s`,
+			session, strings.Repeat("Keep answers short. ", 8), ask)
+		for i := range turn {
+			msgs += fmt.Sprintf(`,{"role":"assistant","content":"answer %d"},%s`, i, ask)
+		}
+		req, err := http.NewRequest(http.MethodPost, gw+"/v1/chat/completions",
+			strings.NewReader(`{"max_tokens":2,"messages":[`+msgs+`]}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("x-session-id", session)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		return resp.Header.Get("x-router-path") + "/" + resp.Header.Get("x-router-replica")
+	}
+	const sessions = 6
+	first := make([]string, sessions)
+	for s := range sessions {
+		first[s] = chat(a, fmt.Sprint("conv-", s), 0)
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(metricsText(t, b), fmt.Sprintf(`triage_fleet_affinity_picks_received_total{result="applied"} %d`, sessions))
+	}, 5*time.Second, 10*time.Millisecond)
+	for s := sessions - 1; s >= 0; s-- { // reverse order: b's own tie-breaks would differ
+		for turn := 1; turn <= 2; turn++ {
+			gw := []string{b, a}[turn%2]
+			require.Equal(t, first[s], chat(gw, fmt.Sprint("conv-", s), turn), "session %d, turn %d", s, turn)
+		}
+	}
 }

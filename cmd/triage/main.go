@@ -138,17 +138,33 @@ type parts struct {
 	load     router.Loader    // nil: the real classifier from cfg.Classifier
 }
 
-// build wires the gateway: the two pools (each with the replica policy and admission its
-// config names), in fleet mode the fleet's Redis state (budget and shared cache), the router
-// over them with the classifier, and the HTTP server, all registering their metrics on one
-// registry. On error everything built so far is released.
+// build wires the gateway: in fleet mode the fleet's Redis state (budget, shared cache,
+// replica affinity), the two pools (each with the replica policy and admission its config
+// names, sharing picks and load through the fleet's affinity), the router over them with the
+// classifier, and the HTTP server, all registering their metrics on one registry. On error
+// everything built so far is released.
 func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err error) {
 	reg := prometheus.NewRegistry()
-	fast, err := upstream.New(cfg.Pools.Fast, upstream.Options{Logger: p.log, Registerer: reg})
+	var f *fleet.Fleet
+	if cfg.Fleet.Enabled {
+		if f, err = fleet.New(cfg.Fleet, cfg.Decision.MaxSlowConcurrency, fleet.Options{Logger: p.log, Registerer: reg}); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if err != nil {
+				f.Conn.Close()
+			}
+		}()
+	}
+	popts := upstream.Options{Logger: p.log, Registerer: reg}
+	if f != nil && f.Affinity != nil {
+		popts.Picks, popts.Remote = f.Affinity, f.Affinity
+	}
+	fast, err := upstream.New(cfg.Pools.Fast, popts)
 	if err != nil {
 		return nil, nil, err
 	}
-	slow, err := upstream.New(cfg.Pools.Slow, upstream.Options{Logger: p.log, Registerer: reg})
+	slow, err := upstream.New(cfg.Pools.Slow, popts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -157,19 +173,15 @@ func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err 
 		load = func() (router.Model, error) { return loadClassifier(cfg.Classifier) }
 	}
 	ropts := router.Options{Load: load, Fast: fast, Slow: slow, Logger: p.log, Registerer: reg}
-	if cfg.Fleet.Enabled {
-		f, err := fleet.New(cfg.Fleet, cfg.Decision.MaxSlowConcurrency, fleet.Options{Logger: p.log, Registerer: reg})
-		if err != nil {
-			return nil, nil, err
-		}
-		defer func() {
-			if err != nil {
-				f.Conn.Close()
-			}
-		}()
+	if f != nil {
 		ropts.Budget = f.Budget
 		if f.Cache != nil {
 			ropts.Shared = f.Cache
+		}
+		if f.Affinity != nil {
+			if err = errors.Join(f.Affinity.Attach(fast), f.Affinity.Attach(slow)); err != nil {
+				return nil, nil, err
+			}
 		}
 		// The fleet runs like a backend: it starts before the gateway serves and stops after
 		// the drain, once every slow slot has been released, and gives its grant back.

@@ -27,6 +27,14 @@
 // lossy by design (bounded per replica, least recently sent blocks dropped)
 // and the replicas are never asked what they really cache.
 //
+// In fleet mode several gateways each run their own copy of a pool's policy. The stateful
+// prefix-aware policies also implement [Sharer]: after a pick, Share describes it as an
+// [Observation] (block hashes, block size, session hash, replica ID — never prompt text),
+// which the other gateways apply with Observe, so a conversation whose turns arrive at
+// different gateways still reaches the replica that holds its prefix. The load the policies
+// see is fleet-wide too: the pool adds the other gateways' in-flight counts to each
+// [Candidate].
+//
 // A [Tracer], attached when Config.Trace.Enabled, records each decision's
 // best-scored candidates and the score given up by the choice.
 //
@@ -35,7 +43,7 @@
 //
 // # Concurrency
 //
-// Pick and Done may be called from any number of goroutines. Stateful
+// Pick, Done, Share and Observe may be called from any number of goroutines. Stateful
 // policies guard their state with one mutex each, held for the length of a
 // decision and never across I/O; the baselines are lock-free. A Tracer is
 // safe for concurrent use.

@@ -111,7 +111,7 @@ type LMetric struct {
 	index    *prefixIndex
 	pending  map[string]int64           // replica ID → pending prefill tokens
 	inflight map[*Request]lmetricCharge // picked and not yet Done
-	sessions *lru[string, string]       // session → replica ID
+	sessions *lru[uint64, string]       // SessionHash(session) → replica ID
 	evicted  func(table string, n int)  // Env.Evicted
 	keys     []lmetricKey               // scratch
 	scores   []float64                  // scratch for tracing
@@ -145,6 +145,7 @@ func (a lmetricKey) tied(b lmetricKey) bool {
 var (
 	_ Picker   = (*LMetric)(nil)
 	_ Finisher = (*LMetric)(nil)
+	_ Sharer   = (*LMetric)(nil)
 )
 
 // NewLMetric validates cfg and returns an lmetric picker.
@@ -160,7 +161,7 @@ func NewLMetric(cfg LMetricConfig) (*LMetric, error) {
 		evicted:  func(string, int) {},
 	}
 	if cfg.Variant != LMetricPlain {
-		p.sessions = newLRU[string, string](cfg.MaxSessions)
+		p.sessions = newLRU[uint64, string](cfg.MaxSessions)
 	}
 	return p, nil
 }
@@ -220,7 +221,7 @@ func (p *LMetric) Pick(req *Request, cands []Candidate) int {
 	charge := lmetricCharge{replica: id, tokens: keys[chosen].newPrefill}
 	p.pending[id] += charge.tokens
 	p.inflight[req] = charge
-	if p.sessions != nil && req.Session != "" && p.sessions.put(req.Session, id) {
+	if p.sessions != nil && req.Session != "" && p.sessions.put(SessionHash(req.Session), id) {
 		p.evicted(TableSessions, 1)
 	}
 
@@ -240,7 +241,7 @@ func (p *LMetric) affinity(req *Request, cands []Candidate, keys []lmetricKey, s
 	if p.sessions == nil || req.Session == "" {
 		return -1
 	}
-	id, ok := p.sessions.get(req.Session)
+	id, ok := p.sessions.get(SessionHash(req.Session))
 	if !ok {
 		return -1
 	}
@@ -284,4 +285,34 @@ func (p *LMetric) release(c lmetricCharge) {
 		return
 	}
 	p.pending[c.replica] = left
+}
+
+// Share implements Sharer: the prompt's block hashes and, for the sticky and unified
+// variants, the session, both of which Pick bound to the replica.
+func (p *LMetric) Share(req *Request, replicaID string) (Observation, bool) {
+	o := Observation{ReplicaID: replicaID, BlockChars: p.cfg.BlockChars, Hashes: shareHashes(req.Prompt, p.cfg.BlockChars)}
+	if p.sessions != nil {
+		o.Session = SessionHash(req.Session)
+	}
+	return o, len(o.Hashes) > 0 || o.Session != 0
+}
+
+// Observe implements Sharer: records o's hashes in the index (when its block size is this
+// policy's) and, for the sticky and unified variants, binds its session to its replica, as
+// Pick does; no pending prefill is charged, so Done has nothing to release for it.
+func (p *LMetric) Observe(o Observation) bool {
+	useHashes := o.BlockChars == p.cfg.BlockChars && len(o.Hashes) > 0
+	useSession := p.sessions != nil && o.Session != 0
+	if !useHashes && !useSession {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if useHashes {
+		p.index.record(o.ReplicaID, o.Hashes)
+	}
+	if useSession && p.sessions.put(o.Session, o.ReplicaID) {
+		p.evicted(TableSessions, 1)
+	}
+	return true
 }

@@ -181,7 +181,7 @@ func TestLMetricUnified(t *testing.T) {
 			require.Equal(t, tt.want, cs[p.Pick(next, cs)].ID)
 			require.Equal(t, tt.note, lastTrace(t, p).Note)
 			// The session follows the pick.
-			id, _ := p.sessions.get("s")
+			id, _ := p.sessions.get(SessionHash("s"))
 			require.Equal(t, tt.want, id)
 		})
 	}

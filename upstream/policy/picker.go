@@ -22,8 +22,12 @@ type Request struct {
 type Candidate struct {
 	// ID is the replica's stable identifier (its URL unless configured).
 	ID string
-	// InFlight is the router-local count of requests sent to the replica and
-	// not yet finished. Exact and always fresh.
+	// InFlight is the count of requests sent to the replica and not yet
+	// finished. In local mode it is this gateway's own: exact and always
+	// fresh. In fleet mode it is the fleet's: this gateway's own, exact, plus
+	// the other gateways' as of their latest snapshots (published every
+	// fleet.affinity.load_interval, dropped after load_expiry or at once
+	// when Redis is down).
 	InFlight int
 	// Waiting, Running and KVUtilization come from the replica's /metrics and
 	// are stale by up to the scrape interval. Fresh reports whether they were

@@ -80,7 +80,10 @@ type PrefixCache struct {
 	scores []float64
 }
 
-var _ Picker = (*PrefixCache)(nil)
+var (
+	_ Picker = (*PrefixCache)(nil)
+	_ Sharer = (*PrefixCache)(nil)
+)
 
 // NewPrefixCache validates cfg and returns a prefix-cache picker.
 func NewPrefixCache(cfg PrefixCacheConfig) (*PrefixCache, error) {
@@ -177,4 +180,24 @@ func (p *PrefixCache) bestMatch(cands []Candidate, match []int, limit float64) i
 	return nthTied(len(cands), p.rr.turn(count), func(i int) bool {
 		return match[i] == bestM && cands[i].InFlight == bestL && float64(cands[i].InFlight) <= limit
 	})
+}
+
+// Share implements Sharer: the prompt's block hashes, which Pick recorded for the replica.
+func (p *PrefixCache) Share(req *Request, replicaID string) (Observation, bool) {
+	hs := shareHashes(req.Prompt, p.cfg.BlockChars)
+	if len(hs) == 0 {
+		return Observation{}, false
+	}
+	return Observation{ReplicaID: replicaID, BlockChars: p.cfg.BlockChars, Hashes: hs}, true
+}
+
+// Observe implements Sharer: records o's hashes as sent to its replica, as Pick does.
+func (p *PrefixCache) Observe(o Observation) bool {
+	if o.BlockChars != p.cfg.BlockChars || len(o.Hashes) == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.index.record(o.ReplicaID, o.Hashes)
+	return true
 }

@@ -153,7 +153,10 @@ type Weighted struct {
 	part  []float64 // scratch
 }
 
-var _ Picker = (*Weighted)(nil)
+var (
+	_ Picker = (*Weighted)(nil)
+	_ Sharer = (*Weighted)(nil)
+)
 
 // NewWeighted validates cfg and returns a weighted picker.
 func NewWeighted(cfg WeightedConfig) (*Weighted, error) {
@@ -264,4 +267,28 @@ func (p *Weighted) score(kind scorerKind, hashes []uint64, cands []Candidate, ou
 			out[i] = 1 / (1 + float64(max(c.InFlight, 0)))
 		}
 	}
+}
+
+// Share implements Sharer: the prompt's block hashes when the prefix-affinity scorer is in
+// use (without it the policy keeps no index and there is nothing to share).
+func (p *Weighted) Share(req *Request, replicaID string) (Observation, bool) {
+	if !p.needIndex {
+		return Observation{}, false
+	}
+	hs := shareHashes(req.Prompt, p.blocks)
+	if len(hs) == 0 {
+		return Observation{}, false
+	}
+	return Observation{ReplicaID: replicaID, BlockChars: p.blocks, Hashes: hs}, true
+}
+
+// Observe implements Sharer: records o's hashes in the prefix-affinity index, as Pick does.
+func (p *Weighted) Observe(o Observation) bool {
+	if !p.needIndex || o.BlockChars != p.blocks || len(o.Hashes) == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.index.record(o.ReplicaID, o.Hashes)
+	return true
 }
