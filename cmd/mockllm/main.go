@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/triage-gw/triage/internal/probe"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -35,11 +36,12 @@ func main() {
 }
 
 type options struct {
-	listen   string
-	preset   string
-	drain    time.Duration
-	logLevel slog.Level
-	cfg      sim.Config
+	listen      string
+	healthcheck bool
+	preset      string
+	drain       time.Duration
+	logLevel    slog.Level
+	cfg         sim.Config
 }
 
 // run serves until ctx ends. ready, if set, is called with the bound
@@ -48,6 +50,13 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(net.Ad
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.healthcheck {
+		url, err := probe.URL(o.listen, "/health")
+		if err != nil {
+			return err
+		}
+		return probe.Check(ctx, url)
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	srv, err := sim.New(o.cfg, sim.Options{Logger: logger, DrainTimeout: o.drain})
@@ -81,6 +90,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8000", "address to listen on (port 0 picks a free one)")
 	fs.StringVar(&o.preset, "preset", "fast", "latency preset, fast or slow; the other config flags override its values")
 	fs.DurationVar(&o.drain, "drain-timeout", 5*time.Second, "on SIGINT/SIGTERM, wait this long for in-flight requests before cutting them")
+	fs.BoolVar(&o.healthcheck, "healthcheck", false, "GET /health of the mockllm at --listen (127.0.0.1 for a wildcard host) and exit 0 if it answers 200, else 1: a container health check")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	parsed := sim.FastPreset()
 	parsed.BindFlags(fs)

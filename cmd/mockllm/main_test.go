@@ -76,6 +76,13 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	// The container health check probes this server, and fails where none listens.
+	require.NoError(t, run(ctx, []string{"--healthcheck", "--listen", strings.TrimPrefix(base, "http://")}, io.Discard, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	free := ln.Addr().String()
+	ln.Close()
+	require.ErrorContains(t, run(ctx, []string{"--healthcheck", "--listen", free}, io.Discard, nil), "health check")
 
 	resp, err = http.Post(base+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))

@@ -30,6 +30,7 @@ import (
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/fleet"
+	"github.com/triage-gw/triage/internal/probe"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/server"
 	"github.com/triage-gw/triage/sim"
@@ -54,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", config.DefaultServerConfig().Listen, "address to serve on; overrides server.listen")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as YAML (secrets redacted) and exit")
 	printExample := fs.Bool("print-example", false, "print the commented example configuration (every setting with its default) and exit")
+	healthcheck := fs.Bool("healthcheck", false, "GET /healthz of the gateway at the configured listen address (127.0.0.1 for a wildcard host) and exit 0 if it answers 200, else 1: the image's HEALTHCHECK")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout, fs)
@@ -77,6 +79,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(src)
 	if err != nil {
 		return err
+	}
+	if *healthcheck {
+		url, err := probe.URL(cfg.Server.Listen, "/healthz")
+		if err != nil {
+			return err
+		}
+		return probe.Check(ctx, url)
 	}
 	if *printConfig {
 		out, err := cfg.YAML()

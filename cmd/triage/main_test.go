@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +48,23 @@ func TestPrintConfigAppliesFileEnvAndFlag(t *testing.T) {
 	require.Equal(t, 0.2, cfg["decision"]["alpha"])
 	require.Equal(t, 16, cfg["batcher"]["max_batch"])
 	require.Equal(t, "0.0.0.0:9999", cfg["server"]["listen"])
+}
+
+func TestHealthcheckProbesTheListenAddress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	require.NoError(t, err)
+	// A wildcard listen address is probed on 127.0.0.1, as in the image (0.0.0.0:8080).
+	_, err = runArgs(t, "--healthcheck", "--listen", "0.0.0.0:"+port)
+	require.NoError(t, err)
+	srv.Close()
+	_, err = runArgs(t, "--healthcheck", "--listen", "0.0.0.0:"+port)
+	require.ErrorContains(t, err, "health check")
 }
 
 func TestPrintExampleIsTheExample(t *testing.T) {
