@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/upstream"
 )
 
 // notRunHere names the compose services TestComposeUp leaves out, and why. Every other
@@ -28,10 +28,11 @@ var notRunHere = map[string]string{
 		"its provisioning and dashboard are checked by TestComposeStack, TestDashboardStructure and TestGatewayStack",
 }
 
-// TestComposeUp runs docker/compose.yaml with Debian's docker-compose (v1): the gateway
-// image under test, the mockllm replicas and Prometheus (the public image, or the stand-in
-// scripts/standin-images.sh built from Debian's package). Requests go through the gateway
-// on a published 127.0.0.1 port; Prometheus must scrape every target and count them.
+// TestComposeUp runs docker/compose.yaml with Debian's docker-compose (v1): the two
+// gateways of the image under test in fleet mode, their Redis, the mockllm replicas and
+// Prometheus (public images, or the stand-ins scripts/standin-images.sh builds from Debian's
+// packages). Requests go through the gateways on published 127.0.0.1 ports; the gateways
+// must share results through Redis, and Prometheus must scrape every target and count them.
 func TestComposeUp(t *testing.T) {
 	requireImage(t)
 	composeBin := dockerTool(t, "docker-compose")
@@ -97,15 +98,48 @@ func TestComposeUp(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	gatewayB := published("triage-b", portOf(t, gwCfg.Server.Listen))
+	for _, gw := range []string{gateway, gatewayB} {
+		require.NoError(t, poll(ctx, logs, 250*time.Millisecond, func() error {
+			_, err := get(gw + "/readyz")
+			return err
+		}), "the gateway container at %s never became ready", gw)
+	}
+
+	// Fleet mode: both gateways reach the redis service and see each other, and a text
+	// classified by one is a hit of the shared tier on the other.
 	require.NoError(t, poll(ctx, logs, 250*time.Millisecond, func() error {
-		_, err := get(gateway + "/readyz")
-		return err
-	}), "the gateway container never became ready")
+		for _, gw := range []string{gateway, gatewayB} {
+			m, err := get(gw + "/metrics")
+			if err != nil {
+				return err
+			}
+			for _, want := range []string{"triage_fleet_up 1\n", "triage_fleet_gateways 2\n"} {
+				if !strings.Contains(m, want) {
+					return fmt.Errorf("%s/metrics has no %q yet", gw, strings.TrimSpace(want))
+				}
+			}
+		}
+		return nil
+	}), "the two gateways never formed a fleet on the redis service")
+	texts := make([]string, 4)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("Name %d rivers that cross the harbour of container test %d", i+2, os.Getpid())
+		resp, body := post(t, gateway+"/v1/classify", fmt.Sprintf(`{"text":%q}`, texts[i]))
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.NotContains(t, body, `"cache_tier"`, "a new text is classified, not found")
+	}
+	time.Sleep(time.Second) // the shared tier is written behind the answer
+	for _, text := range texts {
+		resp, body := post(t, gatewayB+"/v1/classify", fmt.Sprintf(`{"text":%q}`, text))
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.Contains(t, body, `"cache_tier":"shared"`, "gateway b must find gateway a's result in Redis")
+	}
 
 	// Traffic through the gateway: the pools are the mockllm containers.
 	(&stack{gateway: gateway}).traffic(t)
 	replicas := map[string]string{} // id → pool
-	for pool, pc := range map[string]config.PoolConfig{"fast": gwCfg.Pools.Fast, "slow": gwCfg.Pools.Slow} {
+	for pool, pc := range map[string]upstream.PoolConfig{"fast": gwCfg.Pools.Fast, "slow": gwCfg.Pools.Slow} {
 		for _, r := range pc.Replicas {
 			replicas[r.ID] = pool
 		}
@@ -122,7 +156,8 @@ func TestComposeUp(t *testing.T) {
 
 	// Prometheus scrapes the gateway and every replica, and counts the requests.
 	key := []string{
-		`up{job="triage"} == 1`,
+		`count(up{job="triage"} == 1) == 2`,
+		`count(triage_fleet_up{job="triage"} == 1) == 2`,
 		fmt.Sprintf(`sum(triage_requests_total{job="triage",endpoint="chat_completions",code="200"}) >= %d`, chats+2),
 		`triage_decisions_total{job="triage"}`,
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -353,15 +354,15 @@ func readK8s(t *testing.T) []k8sObject {
 	return out
 }
 
-func only(t *testing.T, objs []k8sObject, kind string) k8sObject {
+func only(t *testing.T, objs []k8sObject, kind, name string) k8sObject {
 	t.Helper()
 	var found []k8sObject
 	for _, o := range objs {
-		if o.Kind == kind {
+		if o.Kind == kind && o.Metadata.Name == name {
 			found = append(found, o)
 		}
 	}
-	require.Len(t, found, 1, "%s: want exactly one %s", k8sPath, kind)
+	require.Len(t, found, 1, "%s: want exactly one %s %s", k8sPath, kind, name)
 	return found[0]
 }
 
@@ -406,9 +407,9 @@ func portOf(t *testing.T, listen string) int {
 
 func TestKubernetesManifest(t *testing.T) {
 	objs := readK8s(t)
-	cm := only(t, objs, "ConfigMap")
-	dep := only(t, objs, "Deployment")
-	svcObj := only(t, objs, "Service")
+	cm := only(t, objs, "ConfigMap", "triage-config")
+	dep := only(t, objs, "Deployment", "triage")
+	svcObj := only(t, objs, "Service", "triage")
 	require.Equal(t, "apps/v1", dep.APIVersion)
 
 	var d deploymentSpec
@@ -429,7 +430,7 @@ func TestKubernetesManifest(t *testing.T) {
 		switch {
 		case e.Value != nil:
 			env[e.Name] = *e.Value
-		case e.ValueFrom != nil && e.Name == "TRIAGE_ADMIN_TOKEN":
+		case e.ValueFrom != nil && (e.Name == "TRIAGE_ADMIN_TOKEN" || e.Name == "REDIS_PASSWORD"):
 			env[e.Name] = strings.Repeat("k", 32) // a Secret in the cluster
 		default:
 			t.Fatalf("env %s: no value and no handled valueFrom", e.Name)
@@ -483,6 +484,8 @@ func TestKubernetesManifest(t *testing.T) {
 		require.Equal(t, v, strconv.Itoa(cfg.Classifier.IntraOpThreads))
 	}
 
+	requireK8sFleet(t, objs, cfg, c)
+
 	// Probes, ports and resources.
 	require.Len(t, c.Ports, 1)
 	port := c.Ports[0]
@@ -513,6 +516,50 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	require.Len(t, s.Ports, 1)
 	require.Contains(t, []string{port.Name, strconv.Itoa(port.ContainerPort)}, s.Ports[0].TargetPort.Value)
+}
+
+// requireK8sFleet checks the manifest's fleet mode: the Redis of fleet.url is a Service of
+// the manifest selecting a Redis Deployment on a pinned image, and the gateway reads its
+// password from the Secret the Redis container takes it from.
+func requireK8sFleet(t *testing.T, objs []k8sObject, cfg config.Config, gateway container) {
+	t.Helper()
+	require.True(t, cfg.Fleet.Enabled, "the manifest runs 3 replicas: fleet mode on")
+	u, err := url.Parse(cfg.Fleet.URL)
+	require.NoError(t, err)
+	var svc serviceSpec
+	svcObj := only(t, objs, "Service", u.Hostname())
+	require.NoError(t, svcObj.Spec.Decode(&svc))
+	require.Len(t, svc.Ports, 1)
+	require.Equal(t, u.Port(), strconv.Itoa(svc.Ports[0].Port), "fleet.url's port is the Service's")
+	var d deploymentSpec
+	depObj := only(t, objs, "Deployment", u.Hostname())
+	require.NoError(t, depObj.Spec.Decode(&d))
+	require.Equal(t, 1, d.Replicas, "one Redis: the fleet's state is in one place")
+	for k, v := range svc.Selector {
+		require.Equal(t, v, d.Template.Metadata.Labels[k], "Service %s selector %s", u.Hostname(), k)
+	}
+	require.Len(t, d.Template.Spec.Containers, 1)
+	redis := d.Template.Spec.Containers[0]
+	require.Regexp(t, pinnedImage, redis.Image, "pin the Redis image by version")
+	secretOf := func(c container, name string) string {
+		for _, e := range c.Env {
+			if e.Name == name && e.ValueFrom != nil {
+				var ref struct {
+					SecretKeyRef struct {
+						Name string `yaml:"name"`
+						Key  string `yaml:"key"`
+					} `yaml:"secretKeyRef"`
+				}
+				require.NoError(t, e.ValueFrom.Decode(&ref))
+				return ref.SecretKeyRef.Name + "/" + ref.SecretKeyRef.Key
+			}
+		}
+		return ""
+	}
+	require.NotEmpty(t, cfg.Fleet.PasswordEnv, "Redis in a cluster has a password")
+	want := secretOf(gateway, cfg.Fleet.PasswordEnv)
+	require.NotEmpty(t, want, "the gateway's %s (fleet.password_env) comes from a Secret", cfg.Fleet.PasswordEnv)
+	require.Equal(t, want, secretOf(redis, "REDIS_PASSWORD"), "Redis takes its password from the gateway's Secret")
 }
 
 // ---- Dockerfile -------------------------------------------------------------------------
@@ -649,7 +696,7 @@ func TestDockerfile(t *testing.T) {
 	require.Contains(t, env, "TRIAGE_SERVER_LISTEN", "the listen address is set by environment")
 	require.NotEmpty(t, user, "the runtime stage runs as a non-root user")
 	require.NotContains(t, []string{"root", "0", "0:0"}, user)
-	require.Contains(t, healthcheck, "/healthz")
+	require.Contains(t, healthcheck, "--healthcheck", "the gateway's own probe of /healthz (triage --healthcheck)")
 	require.Contains(t, expose, strconv.Itoa(portOf(t, env["TRIAGE_SERVER_LISTEN"])))
 	require.Contains(t, entrypoint, "triage")
 
@@ -772,36 +819,76 @@ func flagValue(args []string, name string) string {
 	return ""
 }
 
+// gatewayServices are the compose services that run the gateway: the image's default
+// entrypoint (the mockllm services name theirs), sorted by name.
+func (c composeFile) gatewayServices(t *testing.T) []string {
+	t.Helper()
+	img := c.service(t, "triage").Image
+	var out []string
+	for name, s := range c.Services {
+		if s.Image == img && len(s.Entrypoint) == 0 {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 func TestComposeStack(t *testing.T) {
 	c := readCompose(t)
 	gw := c.service(t, "triage")
 	require.NotNil(t, gw.Build, "the gateway service builds docker/Dockerfile")
 
-	// The gateway: known variables, the compose config mounted where TRIAGE_CONFIG says.
-	var names []string
-	for k := range gw.Environment {
-		names = append(names, k)
+	// The gateways: known variables, the compose config mounted where TRIAGE_CONFIG says,
+	// the container port published, a distinct fleet gateway id each.
+	gateways := c.gatewayServices(t)
+	require.Equal(t, []string{"triage", "triage-b"}, gateways, "two gateways in fleet mode")
+	var cfg config.Config
+	var gwPort int
+	ids := map[string]string{}
+	for i, name := range gateways {
+		s := c.service(t, name)
+		var names []string
+		for k := range s.Environment {
+			names = append(names, k)
+		}
+		requireKnownEnv(t, composePath+" service "+name, names)
+		env := dockerfileEnv(t)
+		for k, v := range s.Environment {
+			env[k] = v
+		}
+		require.Contains(t, s.Volumes, "./"+filepath.Base(composeConfigPath)+":"+env[config.EnvConfigFile]+":ro", "service %s", name)
+		cfg = loadConfig(t, path(composeConfigPath), envList(env))
+		require.False(t, cfg.Pools.Builtin())
+		require.True(t, cfg.Fleet.Enabled, "service %s: fleet mode", name)
+		require.NotEmpty(t, cfg.Fleet.GatewayID, "service %s: TRIAGE_FLEET_GATEWAY_ID names it in the fleet's metrics", name)
+		require.NotContains(t, ids, cfg.Fleet.GatewayID, "service %s: fleet gateway id shared with %s", name, ids[cfg.Fleet.GatewayID])
+		ids[cfg.Fleet.GatewayID] = name
+		gwPort = portOf(t, cfg.Server.Listen)
+		// Published on the listen port ([address:]host:container, with variables); the first
+		// gateway on the same host port by default.
+		require.Len(t, s.Ports, 1, "service %s", name)
+		published := strings.Split(composeDefaults(s.Ports[0]), ":")
+		require.Equal(t, strconv.Itoa(gwPort), published[len(published)-1], "service %s: the container port is the listen port", name)
+		if i == 0 {
+			require.Equal(t, strconv.Itoa(gwPort), published[len(published)-2], "published on the same port by default")
+		}
+		// The engine's SIGKILL must not cut the drain short, and the root file system is
+		// read-only (the image writes nothing at run time; the container tests run it so too).
+		grace, err := time.ParseDuration(s.StopGracePeriod)
+		require.NoError(t, err, "service %s: stop_grace_period", name)
+		require.Greater(t, grace, cfg.Server.ShutdownTimeout, "service %s: stop_grace_period must exceed server.shutdown_timeout", name)
+		require.True(t, s.ReadOnly, "service %s: read_only", name)
 	}
-	requireKnownEnv(t, composePath+" service triage", names)
-	env := dockerfileEnv(t)
-	for k, v := range gw.Environment {
-		env[k] = v
-	}
-	require.Contains(t, gw.Volumes, "./"+filepath.Base(composeConfigPath)+":"+env[config.EnvConfigFile]+":ro")
-	cfg := loadConfig(t, path(composeConfigPath), envList(env))
-	require.False(t, cfg.Pools.Builtin())
-	gwPort := portOf(t, cfg.Server.Listen)
-	// Published on the listen port by default ([address:]host:container, with variables).
-	require.Len(t, gw.Ports, 1)
-	published := strings.Split(composeDefaults(gw.Ports[0]), ":")
-	require.Equal(t, strconv.Itoa(gwPort), published[len(published)-1], "the container port is the listen port")
-	require.Equal(t, strconv.Itoa(gwPort), published[len(published)-2], "published on the same port by default")
-	// The engine's SIGKILL must not cut the drain short, and the root file system is read-only
-	// (the image writes nothing at run time; the container tests run it so too).
-	grace, err := time.ParseDuration(gw.StopGracePeriod)
-	require.NoError(t, err, "service triage: stop_grace_period")
-	require.Greater(t, grace, cfg.Server.ShutdownTimeout, "stop_grace_period must exceed server.shutdown_timeout")
-	require.True(t, gw.ReadOnly, "service triage: read_only")
+
+	// The fleet's Redis is a service of the stack, on a pinned image, unpublished.
+	u, err := url.Parse(cfg.Fleet.URL)
+	require.NoError(t, err)
+	rs := c.service(t, u.Hostname())
+	require.Regexp(t, pinnedImage, composeDefaults(rs.Image), "service %s: pin the image by version", u.Hostname())
+	require.Empty(t, rs.Ports, "service %s: Redis has no password here, so it must not be published", u.Hostname())
+	require.NotNil(t, rs.Healthcheck, "service %s: the gateways wait for it to be healthy", u.Hostname())
+	require.Contains(t, rs.Command, "--maxmemory", "service %s: the shared cache's memory bound", u.Hostname())
 
 	// Every replica is a mockllm service of the same image with the pool's preset, listening
 	// on the URL's port; and every mockllm service is a replica.
@@ -837,7 +924,11 @@ func TestComposeStack(t *testing.T) {
 	pc := readPromConfig(t)
 	tj := pc.job(t, "triage")
 	require.Len(t, tj.StaticConfigs, 1)
-	require.Equal(t, []string{"triage:" + strconv.Itoa(gwPort)}, tj.StaticConfigs[0].Targets)
+	var gwTargets []string
+	for _, name := range gateways {
+		gwTargets = append(gwTargets, name+":"+strconv.Itoa(gwPort))
+	}
+	require.Equal(t, gwTargets, tj.StaticConfigs[0].Targets, "Prometheus scrapes every gateway")
 	mj := pc.job(t, "mockllm")
 	seen := map[string]bool{}
 	for _, sc := range mj.StaticConfigs {
@@ -850,7 +941,7 @@ func TestComposeStack(t *testing.T) {
 		}
 	}
 	require.Len(t, seen, len(byTarget), "Prometheus must scrape every replica")
-	for _, s := range []string{"prometheus", "grafana"} {
+	for _, s := range []string{"prometheus", "grafana", "redis"} {
 		require.Regexp(t, pinnedImage, composeDefaults(c.service(t, s).Image), "service %s: pin the image by version", s)
 	}
 }

@@ -28,18 +28,22 @@
 #                        release is not the compose file's version, so this stand-in is named
 #                        triage-standin/prometheus:<debian version>; compose takes it from
 #                        PROMETHEUS_IMAGE (--which prints the name).
+#   redis:*              Debian's redis-server (and redis-tools, for redis-cli) the same way:
+#                        triage-standin/redis:<debian version>, from REDIS_IMAGE. The same
+#                        upstream release as the compose file's, built by Debian, hence a
+#                        name of its own.
 # The two build images also trust the certificates this machine added to its
 # own (/usr/local/share/ca-certificates), so builds in them reach the package
 # registries through a TLS-inspecting egress; the runtime base does not.
 # Images without a recipe (grafana/grafana: Debian does not package Grafana)
 # are reported and left out.
 #
-# A new compose service on a public image (Redis, say): write its image as
+# A new compose service on a public image: write its image as
 # ${NAME_IMAGE:-public/image:tag} in docker/compose.yaml, and here add a case
-# to recipe() and standin_name(), a make_<recipe> function (make_prometheus
-# is the model: one Debian package on the runtime base) and its
-# docker/standin/<recipe>.Dockerfile. deploy/composeup_test.go then starts it
-# with no change of its own.
+# to recipe(), standin_name() and debian_package() and its
+# docker/standin/<recipe>.Dockerfile (prometheus and redis are the models: one
+# Debian package on the runtime base, built by make_package).
+# deploy/composeup_test.go then starts it with no change of its own.
 #
 # Everything built here carries the label org.triage.standin=<public name>.
 # A stand-in that is present is kept (like a pulled image); to rebuild them all
@@ -64,6 +68,9 @@ BUILDER=triage-standin/builder:bookworm
 # revision left open so a security rebuild still installs.
 PROM_VERSION=2.42.0
 PROM_DEB="$PROM_VERSION+ds-*"
+# Debian's redis-server (bookworm): 7.0.15, the release the compose file's redis image pins.
+REDIS_VERSION=7.0.15
+REDIS_DEB="5:$REDIS_VERSION-*"
 LABEL=org.triage.standin
 
 NAME=init
@@ -113,13 +120,23 @@ recipe() {
     golang:*-bookworm) echo golang ;;
     rust:*-bookworm) echo rust ;;
     prom/prometheus:*) echo prometheus ;;
+    redis:*) echo redis ;;
     *) echo none ;;
   esac
 }
 standin_name() {
   case "$(recipe "$1")" in
     prometheus) echo "triage-standin/prometheus:$PROM_VERSION" ;;
+    redis) echo "triage-standin/redis:$REDIS_VERSION" ;;
     *) echo "$1" ;;
+  esac
+}
+# debian_package recipe: the Debian version pattern its Dockerfile installs, what the
+# stand-in's entrypoint must print, and the flag that makes it print it, |-separated.
+debian_package() {
+  case "$1" in
+    prometheus) echo "$PROM_DEB|version $PROM_VERSION|--version" ;;
+    redis) echo "$REDIS_DEB|v=$REDIS_VERSION|--version" ;;
   esac
 }
 no_recipe_reason() {
@@ -261,22 +278,27 @@ make_rust() {
     --build-arg "RUST_VERSION=$want" --build-arg "TOOLCHAIN=$want-x86_64-unknown-linux-gnu"
 }
 
-make_prometheus() {
-  local tag; tag="$(standin_name "$1")"
+# make_package IMAGE: one Debian package on the Dockerfile's runtime base
+# (docker/standin/<recipe>.Dockerfile), under its stand-in name.
+make_package() {
+  local r tag deb want flag; r="$(recipe "$1")"; tag="$(standin_name "$1")"
+  IFS="|" read -r deb want flag < <(debian_package "$r")
   if have "$tag"; then say "ok (stand-in $tag)"; return; fi
   local base; base="$(runtime_base)"
   ensure "$base"
   NAME="$1"
   local ctx; scratch ctx
-  say "building $tag: Debian's prometheus $PROM_DEB on $base"
-  build "$tag" "$RECIPES/prometheus.Dockerfile" "$ctx" --build-arg "BASE=$base" --build-arg "DEB_VERSION=$PROM_DEB"
-  docker run --rm "$tag" --version 2>&1 | grep -q "version $PROM_VERSION" || fail "$tag does not report version $PROM_VERSION"
+  say "building $tag: Debian's $r $deb on $base"
+  build "$tag" "$RECIPES/$r.Dockerfile" "$ctx" --build-arg "BASE=$base" --build-arg "DEB_VERSION=$deb"
+  docker run --rm "$tag" "$flag" 2>&1 | grep -q "$want" || fail "$tag does not report $want"
 }
+make_prometheus() { make_package "$@"; }
+make_redis() { make_package "$@"; }
 
 ensure() {
   local img="$1" r; NAME="$img"; r="$(recipe "$img")"
   if have "$img"; then say "ok (present)"; return; fi
-  if [ "$r" = prometheus ] && have "$(standin_name "$img")"; then say "ok (stand-in $(standin_name "$img"))"; return; fi
+  if [ "$(standin_name "$img")" != "$img" ] && have "$(standin_name "$img")"; then say "ok (stand-in $(standin_name "$img"))"; return; fi
   if docker pull -q "$img" >>"$LOG" 2>&1; then say "pulled"; return; fi
   if [ "$r" = none ]; then say "not available here: cannot pull it and $(no_recipe_reason "$img")"; return; fi
   say "cannot be pulled (see $LOG); building a stand-in"
