@@ -58,7 +58,7 @@ func scenarioSeqMiss(ctx context.Context, env *gwEnv) (report.Scenario, error) {
 		{Name: "single-text inference, mean (batcher)", Value: report.Millis(infer), Target: fmt.Sprintf("mean batch %.2f texts", bd.meanBatch())},
 		{Name: "client mean − inference mean", Value: report.Millis(overhead), Target: fmt.Sprintf("≤ 2 ms: %s", report.Verdict(overhead <= 2))},
 		{Name: "gateway CPU s per 1,000 requests", Value: fmt.Sprintf("%.2f", bd.cpuPer1000(t.OK))},
-		{Name: "decided by the cascade's first stage", Value: fmt.Sprintf("%.1f%%", 100*bd.staticShare())},
+		{Name: "decided by the cascade's first stage", Value: share(bd.staticShare())},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d requests in %.1f s (%d ok, %d failed), %d cache misses and %d hits; tokens per text mean %.0f, p50 %.0f, p99 %.0f.\n\n",
@@ -126,7 +126,7 @@ func scenarioConcMiss(ctx context.Context, env *gwEnv) (report.Scenario, error) 
 		{Name: "tokens per text (mean)", Value: fmt.Sprintf("%.1f", tokens.Mean), Target: "design brief: ≈ 57 on the four categories"},
 		{Name: "tokens/s end to end", Value: fmt.Sprintf("%.0f", sumTok/wall.Seconds()), Target: "design brief: encoder best ≈ 11,000 fp32, 24,000 int8"},
 		{Name: "gateway CPU s per 1,000 requests", Value: fmt.Sprintf("%.2f", bd.cpuPer1000(t.OK))},
-		{Name: "decided by the cascade's first stage", Value: fmt.Sprintf("%.1f%%", 100*bd.staticShare())},
+		{Name: "decided by the cascade's first stage", Value: share(bd.staticShare())},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d requests in %.1f s (%d ok, %d failed), %d cache misses and %d hits. Tokens per text: mean %.1f, p50 %.0f, p90 %.0f, p99 %.0f.\n\n",
@@ -209,4 +209,13 @@ func scenarioConcHit(ctx context.Context, env *gwEnv) (report.Scenario, error) {
 	res.Data = map[string]any{"gateway": map[string]any{"requests": len(gss), "ok": len(gok), "req_per_s": grate, "latency": g, "cache_hits": hits, "status": load.StatusCounts(gss)},
 		"baseline": map[string]any{"requests": len(hss), "ok": len(hok), "req_per_s": hrate, "latency": h, "status": load.StatusCounts(hss)}}
 	return res, nil
+}
+
+// share formats a fraction as a percentage; NaN (a gateway without the metric it comes
+// from, such as one older than the cascade) is "n/a".
+func share(f float64) string {
+	if math.IsNaN(f) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
 }

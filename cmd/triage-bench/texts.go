@@ -68,17 +68,24 @@ func (t *textSource) item(n int64) classifyItem {
 }
 
 // lengthen makes every item exactly words words long (whitespace-separated), by appending
-// the texts of the items after it, for benchmarks of long prompts: a Dolly text is ~40
-// words, a 256-word-piece prompt ~190. Items keep their own start, so they stay distinct,
-// and lose their context (it is joined into the text).
+// the texts of the items after a start row, for benchmarks of long prompts: a Dolly text is
+// ~40 words, a 256-word-piece prompt ~190. Every item has its own start row, so they stay
+// distinct, and loses its context (it is joined into the text).
 func (t *textSource) lengthen(words int) {
 	all := make([][]string, len(t.items))
 	for i, it := range t.items {
 		all[i] = strings.Fields(it.Text + " " + it.Context)
 	}
+	// Text i starts at row i·stride (a prime that does not divide the row count, so every
+	// start differs), not row i: texts built from neighbouring rows would share most of their
+	// words, and a scenario's texts would all resemble the stretch of Dolly it drew.
+	stride := 7919
+	if len(all)%stride == 0 {
+		stride = 7907
+	}
 	for i := range t.items {
 		var w []string
-		for j := i; len(w) < words; j = (j + 1) % len(all) {
+		for j := (i * stride) % len(all); len(w) < words; j = (j + 1) % len(all) {
 			w = append(w, all[j]...)
 		}
 		t.items[i] = classifyItem{Text: strings.Join(w[:words], " ")}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,4 +30,35 @@ func TestTextSourceDistinct(t *testing.T) {
 	require.Equal(t, cyc.item(0), cyc.item(2), "without distinct, texts cycle")
 	require.JSONEq(t, `{"text":"b","context":"doc"}`, string(classifyItem{Text: "b", Context: "doc"}.body()))
 	require.JSONEq(t, `{"text":"a"}`, string(classifyItem{Text: "a"}.body()))
+}
+
+func TestLengthenMakesDistinctTextsThatDoNotOverlapTheirNeighbours(t *testing.T) {
+	var rows []dolly.Row
+	for i := range 200 {
+		rows = append(rows, dolly.Row{Instruction: fmt.Sprintf("w%da w%db w%dc", i, i, i), Category: "classification"})
+	}
+	src, err := newTextSource(rows, 1, false)
+	require.NoError(t, err)
+	src.lengthen(30) // ten rows per text
+	seen := map[string]bool{}
+	for i, it := range src.items {
+		words := strings.Fields(it.Text)
+		require.Len(t, words, 30)
+		require.False(t, seen[it.Text], "text %d repeats another", i)
+		seen[it.Text] = true
+		if i == 0 {
+			continue
+		}
+		prev := map[string]bool{}
+		for _, w := range strings.Fields(src.items[i-1].Text) {
+			prev[w] = true
+		}
+		shared := 0
+		for _, w := range words {
+			if prev[w] {
+				shared++
+			}
+		}
+		require.Less(t, shared, 15, "text %d shares %d of 30 words with the one before it", i, shared)
+	}
 }
