@@ -2,6 +2,8 @@ package report
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -26,5 +28,23 @@ func WriteFiles(dir string, files map[string][]byte) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// Publish prints md to stdout and, when out is not empty, writes v as results.json and md
+// as table.md into out, saying so on stderr.
+func Publish(stdout, stderr io.Writer, out string, v any, md string) error {
+	fmt.Fprint(stdout, md)
+	if out == "" {
+		return nil
+	}
+	js, err := JSON(v)
+	if err != nil {
+		return err
+	}
+	if err := WriteFiles(out, map[string][]byte{"results.json": js, "table.md": []byte(md)}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s/{results.json,table.md}\n", out)
 	return nil
 }

@@ -26,20 +26,7 @@ type FleetReport struct {
 
 // Write prints the markdown to stdout and, with out, writes results.json and table.md there.
 func (r *FleetReport) Write(stdout, stderr io.Writer, out string) error {
-	md := r.Markdown()
-	fmt.Fprint(stdout, md)
-	if out == "" {
-		return nil
-	}
-	js, err := report.JSON(r)
-	if err != nil {
-		return err
-	}
-	if err := report.WriteFiles(out, map[string][]byte{"results.json": js, "table.md": []byte(md)}); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "wrote %s/{results.json,table.md}\n", out)
-	return nil
+	return report.Publish(stdout, stderr, out, r, r.Markdown())
 }
 
 // Markdown renders the header, the summary against the targets, the drills and the details.

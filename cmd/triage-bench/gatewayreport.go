@@ -35,18 +35,5 @@ func (r *GatewayReport) Markdown() string {
 // Write prints the markdown to stdout and, with out, writes results.json
 // and table.md there.
 func (r *GatewayReport) Write(stdout, stderr io.Writer, out string) error {
-	md := r.Markdown()
-	fmt.Fprint(stdout, md)
-	if out == "" {
-		return nil
-	}
-	js, err := report.JSON(r)
-	if err != nil {
-		return err
-	}
-	if err := report.WriteFiles(out, map[string][]byte{"results.json": js, "table.md": []byte(md)}); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "wrote %s/{results.json,table.md}\n", out)
-	return nil
+	return report.Publish(stdout, stderr, out, r, r.Markdown())
 }
