@@ -31,6 +31,19 @@ def expected_text(prompt: str, n: int) -> str:
     return " ".join(WORDS[(h + i) % 16] for i in range(n))
 
 
+def read_stream(chunks):
+    """A streamed chat completion's text pieces, last finish_reason and usage (None if absent)."""
+    parts, finish, usage = [], None, None
+    for chunk in chunks:
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            if c.delta.content:
+                parts.append(c.delta.content)
+            finish = c.finish_reason or finish
+    return parts, finish, usage
+
+
 def render(messages):
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages)
 
@@ -68,14 +81,7 @@ def test_chat_streaming(client):
     messages = [{"role": "user", "content": SLOW_PROMPT}]
     stream = client.chat.completions.create(model="auto", messages=messages, max_tokens=9, stream=True,
                                             stream_options={"include_usage": True})
-    parts, finish, usage = [], None, None
-    for chunk in stream:
-        if chunk.usage:
-            usage = chunk.usage
-        for c in chunk.choices:
-            if c.delta.content:
-                parts.append(c.delta.content)
-            finish = c.finish_reason or finish
+    parts, finish, usage = read_stream(stream)
     assert "".join(parts) == expected_text(render(messages), 9)
     assert len(parts) == 9, "one SSE event per token, passed through as they come"
     assert finish == "length"

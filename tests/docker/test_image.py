@@ -25,7 +25,7 @@ import openai
 import pytest
 
 from conftest import wait_http
-from test_openai_gateway import FAST_PROMPT, SLOW_PROMPT, expected_text, render
+from test_openai_gateway import FAST_PROMPT, SLOW_PROMPT, expected_text, read_stream, render
 
 IMAGE = os.environ.get("IMAGE", "triage:dev")
 RUN = f"triage-pytest-{os.getpid()}"
@@ -225,14 +225,7 @@ def test_openai_streaming_through_the_container(client):
         model="auto", messages=messages, max_tokens=9, stream=True, stream_options={"include_usage": True})
     assert raw.headers["x-router-path"] == "slow"
     assert raw.headers["x-router-replica"] == "slow-0"
-    parts, finish, usage = [], None, None
-    for chunk in raw.parse():
-        if chunk.usage:
-            usage = chunk.usage
-        for c in chunk.choices:
-            if c.delta.content:
-                parts.append(c.delta.content)
-            finish = c.finish_reason or finish
+    parts, finish, usage = read_stream(raw.parse())
     assert "".join(parts) == expected_text(render(messages), 9)
     assert len(parts) == 9, "one SSE event per token"
     assert finish == "length"
