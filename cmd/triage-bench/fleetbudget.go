@@ -11,6 +11,7 @@ import (
 
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/promtext"
+	"github.com/triage-gw/triage/bench/stats"
 )
 
 // slowPoll is one poll of the gateways' and the slow replicas' /metrics.
@@ -22,6 +23,11 @@ type slowPoll struct {
 	Live     int     `json:"live"`        // gateways that answered the poll
 	Gateways int     `json:"gateways"`    // live gateways as the first answering gateway counts them
 	Replicas int     `json:"at_replicas"` // slow replicas' running + waiting requests
+	// SyncAges and SnapshotAges are each answering gateway's triage_fleet_budget_sync_age_seconds
+	// and triage_fleet_affinity_snapshot_age_seconds in ms (fleet mode; negative ones, before a
+	// first sync or snapshot, left out): how old its view of the other gateways' load is.
+	SyncAges     []float64 `json:"-"`
+	SnapshotAges []float64 `json:"-"`
 }
 
 // pollSlow scrapes every gateway and slow replica, all at once, every interval until stop,
@@ -74,6 +80,12 @@ func (e *fleetEnv) pollOnce(ctx context.Context, set *fleetGateways, slow []*rep
 		p.Active += int(s.Sum("triage_fleet_budget_local_active"))
 		p.Grants += int(s.Sum("triage_fleet_budget_grant"))
 		p.Up += int(s.Sum("triage_fleet_up"))
+		if age := s.Sum("triage_fleet_budget_sync_age_seconds"); age >= 0 {
+			p.SyncAges = append(p.SyncAges, 1000*age)
+		}
+		if age := s.Sum("triage_fleet_affinity_snapshot_age_seconds"); age >= 0 {
+			p.SnapshotAges = append(p.SnapshotAges, 1000*age)
+		}
 		if p.Gateways == 0 {
 			p.Gateways = int(s.Sum("triage_fleet_gateways"))
 		}
@@ -92,6 +104,11 @@ type budgetResult struct {
 	MeanActive  float64    `json:"mean_active"` // mean over the polls: how much of the budget was used
 	MaxReplicas int        `json:"max_at_replicas"`
 	Polls       int        `json:"polls"`
+	// SyncAge and SnapshotAge summarise, over every poll and gateway (fleet mode), the age
+	// of a gateway's last budget sync and of its freshest affinity snapshot, in ms: the
+	// staleness of its view of the fleet's slow load and of the replicas' load.
+	SyncAge     stats.Summary `json:"sync_age_ms"`
+	SnapshotAge stats.Summary `json:"snapshot_age_ms"`
 }
 
 func summarizePolls(polls []slowPoll) (maxActive int, meanActive float64, maxReplicas int) {
@@ -113,6 +130,11 @@ func (e *fleetEnv) measureBudget(ctx context.Context, set *fleetGateways, slow [
 	polls := stop()
 	r := budgetResult{Load: t, MaxSlow: e.c.MaxSlow, Polls: len(polls)}
 	r.MaxActive, r.MeanActive, r.MaxReplicas = summarizePolls(polls)
+	var sync, snap []float64
+	for _, p := range polls {
+		sync, snap = append(sync, p.SyncAges...), append(snap, p.SnapshotAges...)
+	}
+	r.SyncAge, r.SnapshotAge = stats.SummarizeFloats(sync), stats.SummarizeFloats(snap)
 	return r
 }
 

@@ -55,6 +55,10 @@ func (r *FleetReport) writeSummary(b *strings.Builder) {
 		fmt.Fprintf(b, "| (a) most slow requests in flight fleet-wide (mean) | %d of %d (%.1f) | %d of %d (%.1f) | | never above %d: %s |\n",
 			l.Budget.MaxActive, l.Budget.MaxSlow, l.Budget.MeanActive, f.Budget.MaxActive, f.Budget.MaxSlow, f.Budget.MeanActive,
 			r.Config.MaxSlow, report.Verdict(f.Budget.MaxActive <= f.Budget.MaxSlow && l.Budget.MaxActive <= l.Budget.MaxSlow))
+		if sa, na := f.Budget.SyncAge, f.Budget.SnapshotAge; sa.N > 0 {
+			fmt.Fprintf(b, "| (a) staleness of a gateway's view of the fleet, p50 / p99 / max over %d samples: last budget sync; freshest load snapshot | | %.0f / %.0f / %.0f ms; %.0f / %.0f / %.0f ms | | stated: ≤ budget.sync_interval, ≤ affinity.load_interval, + delivery |\n",
+				sa.N, sa.P50, sa.P99, sa.Max, na.P50, na.P99, na.Max)
+		}
 		d := 100 * (f.Cache.HitRate - l.Cache.HitRate)
 		fmt.Fprintf(b, "| (b) result-cache hit rate | %s | %s (%d of %d hits shared) | | within 5 points of 1 gateway (%+.1f): %s |\n",
 			pct(l.Cache.HitRate), pct(f.Cache.HitRate), f.Cache.SharedHits, f.Cache.Hits, d, report.Verdict(math.Abs(d) <= 5))
