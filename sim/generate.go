@@ -160,7 +160,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	}
 	s.cache.insert(hashes)
 	s.metrics.promptTokens.Add(float64(j.promptTokens))
-	s.metrics.ttft.Observe(s.clock.Now().Sub(j.arrival).Seconds())
+	firstToken := s.clock.Now()
+	s.metrics.ttft.Observe(firstToken.Sub(j.arrival).Seconds())
 
 	w.Header().Set(HeaderCachedTokens, strconv.Itoa(j.cachedTokens))
 	var sent int
@@ -170,6 +171,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 		sent, err = s.respond(ctx, w, j)
 	}
 	s.metrics.generationTokens.Add(float64(sent))
+	s.observeTokenGaps(firstToken, sent)
 	if err != nil {
 		s.metrics.finished.WithLabelValues(finishAbort).Inc()
 		s.log.Debug("request aborted", "replica", s.cfg.Name, "id", j.id, "tokens_sent", sent, "error", err)
@@ -179,6 +181,20 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	s.metrics.e2e.Observe(s.clock.Now().Sub(j.arrival).Seconds())
 	s.log.Debug("request done", "replica", s.cfg.Name, "id", j.id, "stream", req.stream,
 		"prompt_tokens", j.promptTokens, "cached_tokens", j.cachedTokens, "output_tokens", j.outTokens)
+}
+
+// observeTokenGaps records the time per output token of a request that
+// sent its first token at first and sent tokens in all: the mean gap, once
+// per gap, so that the histogram's sum and count are exact whether the
+// tokens were streamed one by one or decoded in one sleep.
+func (s *Server) observeTokenGaps(first time.Time, sent int) {
+	if sent < 2 {
+		return
+	}
+	gap := s.clock.Now().Sub(first).Seconds() / float64(sent-1)
+	for range sent - 1 {
+		s.metrics.itl.Observe(gap)
+	}
 }
 
 func (s *Server) prefillDelay(j *job) time.Duration {

@@ -28,6 +28,7 @@ type metrics struct {
 	promptTokens     prometheus.Counter
 	generationTokens prometheus.Counter
 	ttft             prometheus.Histogram
+	itl              prometheus.Histogram
 	e2e              prometheus.Histogram
 	finished         *prometheus.CounterVec // finished_reason
 	rejected         *prometheus.CounterVec // reason
@@ -35,6 +36,9 @@ type metrics struct {
 
 // latencyBuckets are vLLM's time_to_first_token_seconds buckets, cut at 20 s.
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20}
+
+// itlBuckets span the simulator's decode steps (milliseconds) up to 2.5 s.
+var itlBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	labels := prometheus.Labels{"model_name": s.cfg.Model}
@@ -58,6 +62,11 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "vllm:time_to_first_token_seconds", ConstLabels: labels, Buckets: latencyBuckets,
 			Help: "Time from arrival (after any injected stall) to the first token: queueing plus prefill.",
+		}),
+		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vllm:inter_token_latency_seconds", ConstLabels: labels, Buckets: itlBuckets,
+			Help: "Time between successive output tokens (time per output token), one sample per token after the first; " +
+				"a non-streamed answer, decoded in one sleep, gives its mean gap once per token.",
 		}),
 		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "vllm:e2e_request_latency_seconds", ConstLabels: labels, Buckets: latencyBuckets,
@@ -85,7 +94,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Help: "Fraction of KV cache blocks reserved by running requests (1 = full).",
 	}, func() float64 { return s.Stats().KVCacheUsage })
 	reg.MustRegister(m.prefixQueries, m.prefixHits, m.promptTokens, m.generationTokens,
-		m.ttft, m.e2e, m.finished, m.rejected, running, waiting, kv)
+		m.ttft, m.itl, m.e2e, m.finished, m.rejected, running, waiting, kv)
 	for _, r := range []string{finishStop, finishLength, finishAbort} {
 		m.finished.WithLabelValues(r)
 	}

@@ -447,3 +447,24 @@ func TestJitterIsSeededAndBounded(t *testing.T) {
 		assert.LessOrEqual(t, a[i], 150*time.Millisecond)
 	}
 }
+
+// The time per output token is exported under vLLM's V1 name, one sample
+// per gap between tokens, so the gateway's least-latency policy reads the
+// simulator as it reads vLLM.
+func TestInterTokenLatencyMetric(t *testing.T) {
+	cfg := zeroLatency()
+	cfg.DecodePerToken = 10 * time.Millisecond
+	_, base := start(t, cfg, Options{Clock: newInstantClock()})
+
+	resp, b := post(t, base+"/v1/chat/completions", `{"stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	resp, b = post(t, base+"/v1/completions", `{"max_tokens":3,"prompt":"hi"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	resp, b = post(t, base+"/v1/completions", `{"max_tokens":1,"prompt":"one token has no gap"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+
+	assert.Equal(t, 6.0, metricValue(t, base, "mock-fast", "vllm:inter_token_latency_seconds_count", ""), "4 gaps streamed + 2 not")
+	assert.InDelta(t, 0.06, metricValue(t, base, "mock-fast", "vllm:inter_token_latency_seconds_sum", ""), 1e-9)
+	assert.Equal(t, 9.0, metricValue(t, base, "mock-fast", "vllm:generation_tokens_total", ""))
+	assert.Equal(t, 3.0, metricValue(t, base, "mock-fast", "vllm:time_to_first_token_seconds_count", ""))
+}

@@ -33,7 +33,8 @@ type PoolConfig struct {
 	// PassiveEjection configures ejection after real requests fail.
 	PassiveEjection PassiveEjectionConfig `yaml:"passive_ejection" json:"passive_ejection"`
 	// ScrapeInterval is how often each replica's /metrics is fetched for the
-	// queue-depth and KV-utilisation signals. 0 disables scraping: candidates
+	// queue-depth, KV-utilisation, token-rate and latency signals (rates and
+	// latency means span two scrapes). 0 disables scraping: candidates
 	// then carry Fresh=false and zero load. Default 2s.
 	ScrapeInterval Duration `yaml:"scrape_interval" json:"scrape_interval"`
 	// Timeouts bound each upstream attempt.

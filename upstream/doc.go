@@ -21,6 +21,9 @@
 // replica's Prometheus /metrics (vLLM gauge names) every ScrapeInterval and
 // are stale by up to that interval; after three intervals without a
 // successful scrape the candidate is marked not Fresh, its last values kept.
+// Token rates and mean TTFT and time per output token are derived from
+// vLLM's counters and histograms by comparing each scrape with the
+// previous successful one (see derive).
 //
 // Fleet mode: when several gateways share replicas, Options.Remote adds the other gateways'
 // in-flight counts (as of their latest snapshots) to each Candidate's InFlight, and

@@ -50,6 +50,13 @@ type ReplicaStatus struct {
 	KVUtilization float64   `json:"kv_utilization"`
 	Fresh         bool      `json:"fresh"`
 	ScrapedAt     time.Time `json:"scraped_at,omitzero"`
+	// Token rates and latency means derived from the last two scrapes, as
+	// the signal policies read them (see policy.Candidate); absent while
+	// unknown.
+	PromptTokensPerSec     *float64 `json:"prompt_tokens_per_sec,omitempty"`
+	GenerationTokensPerSec *float64 `json:"generation_tokens_per_sec,omitempty"`
+	MeanTTFTSeconds        *float64 `json:"mean_ttft_seconds,omitempty"`
+	MeanTPOTSeconds        *float64 `json:"mean_tpot_seconds,omitempty"`
 }
 
 // replicaLoad is one scrape's result. Stored behind an atomic pointer and
@@ -59,6 +66,14 @@ type replicaLoad struct {
 	running   int
 	kv        float64
 	scrapedAt time.Time
+
+	// As scraped, for the next scrape's derive.
+	promptTokens, generationTokens cumulative
+	ttftHist, tpotHist             cumulative
+	// Derived from the previous scrape (see derive).
+	promptRate, generationRate float64
+	rates                      bool
+	ttft, tpot                 mean
 }
 
 // replica is one upstream server and all router-side state about it.
@@ -241,6 +256,9 @@ func (r *replica) candidate(now time.Time, staleAfter time.Duration) policy.Cand
 	c := policy.Candidate{ID: r.id, InFlight: int(r.inFlight.Load()), Weight: r.weight}
 	if l := r.load.Load(); l != nil {
 		c.Waiting, c.Running, c.KVUtilization = l.waiting, l.running, l.kv
+		c.PromptTokensPerSec, c.GenerationTokensPerSec, c.Rates = l.promptRate, l.generationRate, l.rates
+		c.MeanTTFT, c.HasTTFT = l.ttft.v, l.ttft.ok
+		c.MeanTPOT, c.HasTPOT = l.tpot.v, l.tpot.ok
 		c.Fresh = staleAfter > 0 && now.Sub(l.scrapedAt) <= staleAfter
 	}
 	return c
@@ -261,6 +279,15 @@ func (r *replica) status(now time.Time, staleAfter time.Duration) ReplicaStatus 
 	}
 	if l := r.load.Load(); l != nil {
 		s.ScrapedAt = l.scrapedAt
+	}
+	if c.Rates {
+		s.PromptTokensPerSec, s.GenerationTokensPerSec = &c.PromptTokensPerSec, &c.GenerationTokensPerSec
+	}
+	if c.HasTTFT {
+		s.MeanTTFTSeconds = &c.MeanTTFT
+	}
+	if c.HasTPOT {
+		s.MeanTPOTSeconds = &c.MeanTPOT
 	}
 	r.mu.Lock()
 	s.State = r.stateLocked(now)

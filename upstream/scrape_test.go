@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/triage-gw/triage/upstream/policy"
 )
 
@@ -51,6 +53,10 @@ func TestParseVLLMMetrics(t *testing.T) {
 	require.Equal(t, 4, l.waiting, "summed across engines")
 	require.Equal(t, 12, l.running)
 	require.InDelta(t, 0.375, l.kv, 1e-9, "averaged across engines")
+	require.Equal(t, cumulative{sum: 98765, ok: true}, l.promptTokens, "the _created series is not the counter")
+	require.False(t, l.generationTokens.ok, "absent")
+	require.Equal(t, cumulative{sum: 3.5, count: 42, ok: true}, l.ttftHist)
+	require.False(t, l.tpotHist.ok)
 
 	old := "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.9\n" +
 		"vllm:num_requests_waiting{model_name=\"m\"} 2\n" // untyped
@@ -112,4 +118,210 @@ func TestScrapeOnce(t *testing.T) {
 	fail.Store(false)
 	p.scrapeOnce(ctx)
 	require.True(t, p.Replicas()[0].Fresh)
+}
+
+// signalBody is a /metrics body with the gauges, the token counters and
+// the two latency histograms (TPOT under the name given), split over two
+// engines as vLLM's data-parallel replicas export them.
+func signalBody(prompt, gen, ttftSum, ttftCount, tpotSum, tpotCount float64, tpotName string) string {
+	var b strings.Builder
+	b.WriteString("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} 1\n")
+	b.WriteString("# TYPE vllm:prompt_tokens_total counter\n")
+	fmt.Fprintf(&b, "vllm:prompt_tokens_total{engine=\"0\"} %g\nvllm:prompt_tokens_total{engine=\"1\"} %g\n", prompt/2, prompt/2)
+	fmt.Fprintf(&b, "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{engine=\"0\"} %g\n", gen)
+	hist := func(name string, sum, count float64) {
+		fmt.Fprintf(&b, "# TYPE %s histogram\n", name)
+		for e, share := range []float64{0.5, 0.5} { // counts stay whole
+			fmt.Fprintf(&b, "%s_bucket{engine=\"%d\",le=\"+Inf\"} %g\n", name, e, count*share)
+			fmt.Fprintf(&b, "%s_sum{engine=\"%d\"} %g\n%s_count{engine=\"%d\"} %g\n", name, e, sum*share, name, e, count*share)
+		}
+	}
+	hist("vllm:time_to_first_token_seconds", ttftSum, ttftCount)
+	if tpotName != "" {
+		hist(tpotName, tpotSum, tpotCount)
+	}
+	return b.String()
+}
+
+func scrapeAt(t *testing.T, at time.Time, body string, prev *replicaLoad) *replicaLoad {
+	t.Helper()
+	l, err := parseVLLMMetrics(strings.NewReader(body))
+	require.NoError(t, err)
+	l.scrapedAt = at
+	l.derive(prev)
+	return l
+}
+
+func TestDeriveRatesAndMeans(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+	first := scrapeAt(t, t0, signalBody(1000, 500, 10, 100, 2, 200, metricTPOT), nil)
+	require.False(t, first.rates, "one scrape gives no rate")
+	require.False(t, first.ttft.ok, "nor a mean: the cumulative one could be days old")
+	require.False(t, first.tpot.ok)
+
+	// 2 s later: +400 prompt and +100 output tokens; 20 more first tokens
+	// taking 6 s, 50 more output-token gaps taking 1.5 s.
+	second := scrapeAt(t, sec(2), signalBody(1400, 600, 16, 120, 3.5, 250, metricTPOT), first)
+	require.True(t, second.rates)
+	require.InDelta(t, 200, second.promptRate, 1e-9)
+	require.InDelta(t, 50, second.generationRate, 1e-9)
+	require.True(t, second.ttft.ok)
+	require.InDelta(t, 0.3, second.ttft.v, 1e-9)
+	require.InDelta(t, 0.03, second.tpot.v, 1e-9)
+
+	// Idle for the next interval: rates fall to 0, means are kept.
+	idle := scrapeAt(t, sec(4), signalBody(1400, 600, 16, 120, 3.5, 250, metricTPOT), second)
+	require.True(t, idle.rates)
+	require.Zero(t, idle.promptRate)
+	require.Zero(t, idle.generationRate)
+	require.Equal(t, second.ttft, idle.ttft)
+	require.Equal(t, second.tpot, idle.tpot)
+
+	// The replica restarted: counters went down. No rate for this interval;
+	// the means are those since the restart.
+	restarted := scrapeAt(t, sec(6), signalBody(80, 40, 1, 4, 0.2, 10, metricTPOT), idle)
+	require.False(t, restarted.rates)
+	require.InDelta(t, 0.25, restarted.ttft.v, 1e-9)
+	require.InDelta(t, 0.02, restarted.tpot.v, 1e-9)
+	// A restart with nothing served yet keeps the last mean.
+	empty := scrapeAt(t, sec(6), signalBody(0, 0, 0, 0, 0, 0, metricTPOT), idle)
+	require.Equal(t, idle.ttft, empty.ttft)
+
+	// Older vLLM's name for the time per output token is read too.
+	old1 := scrapeAt(t, t0, signalBody(0, 0, 0, 0, 1, 10, metricTPOTOld), nil)
+	old2 := scrapeAt(t, sec(1), signalBody(0, 0, 0, 0, 3, 20, metricTPOTOld), old1)
+	require.InDelta(t, 0.2, old2.tpot.v, 1e-9)
+
+	// A replica that stops exporting a histogram has no mean for it.
+	gone := scrapeAt(t, sec(8), signalBody(1400, 600, 16, 120, 0, 0, ""), second)
+	require.False(t, gone.tpot.ok)
+	require.True(t, gone.ttft.ok)
+
+	// Without the counters there is no rate, however many scrapes.
+	bare := "vllm:num_requests_running 0\n"
+	a := scrapeAt(t, t0, bare, nil)
+	require.False(t, scrapeAt(t, sec(1), bare, a).rates)
+}
+
+// The pool derives the signals from successive scrapes and hands them to
+// the policy in each Candidate.
+func TestScrapeFeedsSignalsToCandidates(t *testing.T) {
+	var n atomic.Int64
+	bodies := []string{
+		signalBody(1000, 500, 10, 100, 2, 200, metricTPOT),
+		signalBody(1400, 600, 16, 120, 3.5, 250, metricTPOT),
+	}
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			io.WriteString(w, bodies[min(int(n.Add(1))-1, len(bodies)-1)])
+		}
+	})
+	cfg := testConfig(srv.URL)
+	cfg.ScrapeInterval = Duration(2 * time.Second)
+	var seen policy.Candidate
+	f := newFixture(t, cfg, &stubPicker{pick: func(_ *policy.Request, cands []policy.Candidate) int {
+		seen = cands[0]
+		return 0
+	}}, nil)
+	p, ctx := f.pool, context.Background()
+	do := func() {
+		t.Helper()
+		resp, err := p.Do(ctx, &ForwardRequest{Path: "/metrics"})
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+
+	p.scrapeOnce(ctx)
+	do()
+	require.True(t, seen.Fresh)
+	require.False(t, seen.Rates)
+	require.False(t, seen.HasTTFT)
+	st := p.Replicas()[0]
+	require.Nil(t, st.PromptTokensPerSec, "unknown: left out of the status")
+	require.Nil(t, st.MeanTTFTSeconds)
+
+	f.clock.advance(2 * time.Second)
+	p.scrapeOnce(ctx)
+	do()
+	require.True(t, seen.Rates)
+	require.InDelta(t, 200, seen.PromptTokensPerSec, 1e-9)
+	require.InDelta(t, 50, seen.GenerationTokensPerSec, 1e-9)
+	require.True(t, seen.HasTTFT)
+	require.InDelta(t, 0.3, seen.MeanTTFT, 1e-9)
+	require.True(t, seen.HasTPOT)
+	require.InDelta(t, 0.03, seen.MeanTPOT, 1e-9)
+
+	st = p.Replicas()[0]
+	require.NotNil(t, st.PromptTokensPerSec)
+	require.InDelta(t, 200, *st.PromptTokensPerSec, 1e-9)
+	require.NotNil(t, st.MeanTTFTSeconds)
+	require.InDelta(t, 0.3, *st.MeanTTFTSeconds, 1e-9)
+}
+
+// The signal policies, built from the pool's config, pick the replica that
+// the scraped signals favour; a drained replica is not a candidate, and with
+// none left the pool answers ErrNoHealthyReplica without asking the policy.
+func TestSignalPoliciesFollowTheScrapes(t *testing.T) {
+	// r1 reads better than r0 on every signal after two scrapes: emptier KV
+	// cache, fewer running, fewer tokens per second, lower TTFT and TPOT.
+	scrapes := map[string][]string{
+		"r0": {
+			"vllm:kv_cache_usage_perc 0.8\n" + signalBody(0, 0, 0, 0, 0, 0, metricTPOT),
+			"vllm:kv_cache_usage_perc 0.8\n" + signalBody(4000, 2000, 10, 10, 5, 100, metricTPOT),
+		},
+		"r1": {
+			"vllm:kv_cache_usage_perc 0.1\n" + signalBody(0, 0, 0, 0, 0, 0, metricTPOT),
+			"vllm:kv_cache_usage_perc 0.1\n" + signalBody(400, 200, 2, 10, 1, 100, metricTPOT),
+		},
+	}
+	for _, name := range []string{"least-kv-cache", "least-gpu-cache", "least-utilization", "throughput", "least-latency"} {
+		t.Run(name, func(t *testing.T) {
+			var step atomic.Int64
+			serve := func(id string) string {
+				return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/metrics" {
+						io.WriteString(w, scrapes[id][min(int(step.Load()), 1)])
+						return
+					}
+					io.WriteString(w, "{}")
+				}).URL
+			}
+			cfg := testConfig(serve("r0"), serve("r1"))
+			cfg.ScrapeInterval = Duration(2 * time.Second)
+			cfg.Policy.Name = name
+			cfg.Policy.Trace.Enabled = true
+			f := newFixture(t, cfg, nil, nil)
+			p, ctx := f.pool, context.Background()
+			pick := func() (string, error) {
+				resp, err := p.Do(ctx, &ForwardRequest{Method: "GET", Path: "/v1/models"})
+				if err != nil {
+					return "", err
+				}
+				require.NoError(t, resp.Body.Close())
+				return resp.ReplicaID, nil
+			}
+
+			p.scrapeOnce(ctx)
+			step.Store(1)
+			f.clock.advance(2 * time.Second)
+			p.scrapeOnce(ctx)
+			for range 3 {
+				id, err := pick()
+				require.NoError(t, err)
+				require.Equal(t, "r1", id)
+			}
+			require.Empty(t, p.Tracer().Recent(1)[0].Note, "decided by the signal, not the fallback")
+
+			require.NoError(t, p.Drain("r1"))
+			id, err := pick()
+			require.NoError(t, err)
+			require.Equal(t, "r0", id, "the best replica drained: the other one")
+
+			require.NoError(t, p.Drain("r0"))
+			_, err = pick()
+			require.ErrorIs(t, err, ErrNoHealthyReplica)
+		})
+	}
 }

@@ -7,18 +7,29 @@
 // session) and one [Candidate] per replica (router-local in-flight count,
 // scraped queue depth and KV-cache use) and returns the index of the replica
 // to send the request to. Pickers that learn from finished requests also
-// implement [Finisher]. Seven policies are provided: least-request,
-// round-robin and random (baselines), prefix-cache and vtc-basic (from
-// AIBrix's routing algorithms), weighted (the scorer mix of the BLIS cluster
-// simulator and llm-d's endpoint picker) and lmetric (from the agentic
-// KV-cache policy study, its B3 policies). [New] builds the one a [Config]
-// names; [Names] lists them.
+// implement [Finisher]. Twelve policies are provided: least-request,
+// round-robin and random (baselines); prefix-cache and vtc-basic, and the
+// signal policies least-kv-cache (alias least-gpu-cache), least-utilization,
+// least-busy-time, throughput and least-latency (from AIBrix's routing
+// algorithms); weighted (the scorer mix of the BLIS cluster simulator and
+// llm-d's endpoint picker) and lmetric (from the agentic KV-cache policy
+// study, its B3 policies). [New] builds the one a [Config] names; [Names]
+// lists them.
+//
+// The signal policies rank replicas by one reading each, lowest first, and
+// share one rule (pickLowest): ties go to the fewest in-flight requests,
+// then round-robin; when any candidate has no usable reading (its scrape is
+// stale, or the replica has not been measured yet), the pick is
+// least-request. All but least-busy-time read what the pool scrapes from
+// the replicas' vLLM /metrics; least-busy-time measures busy time from the
+// gateway's own picks.
 //
 // Each policy registers itself from its file's init function: its name,
 // the YAML key of its own settings and their type, defaults and validation,
 // and a build function. A [Config] holds the name, the tracing settings and
 // one section per registered policy under its key (prefix_cache, lmetric,
-// weighted, vtc, random); every section is validated whichever policy is
+// weighted, vtc, random, least_utilization, least_busy_time, throughput,
+// least_latency); every section is validated whichever policy is
 // selected, and [Config.UnmarshalYAML] decodes each into its own type,
 // refusing unknown keys at any depth.
 //
@@ -45,8 +56,8 @@
 //
 // Pick, Done, Share and Observe may be called from any number of goroutines. Stateful
 // policies guard their state with one mutex each, held for the length of a
-// decision and never across I/O; the baselines are lock-free. A Tracer is
-// safe for concurrent use.
+// decision and never across I/O; the baselines and the signal policies that
+// read scraped values are lock-free. A Tracer is safe for concurrent use.
 //
 // # Lifecycle
 //

@@ -61,3 +61,13 @@ func withTracer[P interface{ SetTracer(*Tracer) }](p P) P {
 	p.SetTracer(NewTracer(8, 16, nil))
 	return p
 }
+
+// signalCands builds fresh candidates r0, r1, ... with the given InFlight
+// counts, each given its signal by set(c, i).
+func signalCands(inFlight []int, set func(c *Candidate, i int)) []Candidate {
+	cs := cands(inFlight...)
+	for i := range cs {
+		set(&cs[i], i)
+	}
+	return cs
+}

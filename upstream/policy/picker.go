@@ -36,6 +36,29 @@ type Candidate struct {
 	Running       int
 	KVUtilization float64 // 0..1
 	Fresh         bool
+	// The signals below are derived from the replica's counters and
+	// histograms by comparing its two latest successful scrapes, so they
+	// describe the interval between them (about one scrape interval) and
+	// are as stale as the other scraped values; Fresh covers them too.
+	//
+	// PromptTokensPerSec and GenerationTokensPerSec are the rates of
+	// vllm:prompt_tokens_total and vllm:generation_tokens_total. Rates
+	// reports whether they are known: false until the second scrape and
+	// for the interval in which a counter went down (a restart).
+	PromptTokensPerSec     float64
+	GenerationTokensPerSec float64
+	Rates                  bool
+	// MeanTTFT and MeanTPOT are the mean time to first token and time per
+	// output token in seconds, from vllm:time_to_first_token_seconds and
+	// vllm:inter_token_latency_seconds (older vLLM:
+	// vllm:time_per_output_token_seconds): the histogram's sum over its
+	// count, for the samples added in the latest interval that had any. An
+	// interval without samples (an idle replica) keeps the previous mean.
+	// HasTTFT and HasTPOT report whether there is a mean at all.
+	MeanTTFT float64
+	MeanTPOT float64
+	HasTTFT  bool
+	HasTPOT  bool
 	// Weight is the configured replica weight (default 1).
 	Weight float64
 }

@@ -19,6 +19,13 @@ func TestNew(t *testing.T) {
 		"vtc-basic":     (*VTCBasic)(nil),
 		"round-robin":   (*RoundRobin)(nil),
 		"random":        (*Random)(nil),
+
+		"least-kv-cache":    (*LeastKVCache)(nil),
+		"least-gpu-cache":   (*LeastKVCache)(nil),
+		"least-utilization": (*LeastUtilization)(nil),
+		"least-busy-time":   (*LeastBusyTime)(nil),
+		"throughput":        (*Throughput)(nil),
+		"least-latency":     (*LeastLatency)(nil),
 	}
 	require.ElementsMatch(t, Names(), func() []string {
 		var names []string
@@ -52,7 +59,7 @@ func TestNew(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Name = "least-loaded"
 		_, err := New(cfg, Env{})
-		require.ErrorContains(t, err, `policy.name: unknown policy "least-loaded" (want one of least-request, lmetric, prefix-cache, random, round-robin, vtc-basic, weighted)`)
+		require.ErrorContains(t, err, `policy.name: unknown policy "least-loaded" (want one of least-busy-time, least-gpu-cache, least-kv-cache, least-latency, least-request, least-utilization, lmetric, prefix-cache, random, round-robin, throughput, vtc-basic, weighted)`)
 	})
 }
 
@@ -97,7 +104,7 @@ func TestFinishers(t *testing.T) {
 		p, err := New(cfg, Env{})
 		require.NoError(t, err)
 		_, ok := p.(Finisher)
-		require.Equal(t, name == "lmetric" || name == "vtc-basic", ok, name)
+		require.Equal(t, name == "lmetric" || name == "vtc-basic" || name == "least-busy-time", ok, name)
 	}
 }
 
