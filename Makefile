@@ -129,10 +129,10 @@ bench-classifier: setup
 	$(GO) test -run '^$$' -bench 'Classify|Static' -benchtime 3s -timeout 30m ./classifier/
 
 # The gateway scenarios (starts bin/triage itself) and the replica-policy sweep;
-# results land in bench/results/ (see bench/README.md).
+# results land in bench/results/gateway/ and bench/results/policies/ (see bench/README.md).
 bench-gateway: build
-	bin/triage-bench gateway --out bench/results $(ARGS)
-	bin/triage-bench policies --out bench/results --plot $(ARGS)
+	bin/triage-bench gateway --out bench/results/gateway $(ARGS)
+	bin/triage-bench policies --out bench/results/policies --plot $(ARGS)
 
 # The classifier cascade on vs off, on Dolly texts and on ~256-word-piece prompts (190
 # words): seq-miss (1 client) and conc-miss (32 clients), each with the gateway's CPU per

@@ -33,6 +33,7 @@ import (
 var sweepPolicies = []string{
 	"round-robin", "random", "least-request", "prefix-cache",
 	"lmetric", "lmetric-sticky", "lmetric-unified", "weighted", "vtc-basic",
+	"least-kv-cache", "least-utilization", "least-busy-time", "throughput", "least-latency",
 }
 
 // cacheAware are the policies that look at prompt prefixes.
