@@ -20,8 +20,14 @@ type GreyZone struct {
 	LowQueue int
 }
 
-// Decide implements Policy. The reported threshold is always the model's cutoff.
+// Decide implements Policy. The reported threshold is the model's cutoff, or the slow-share
+// budget's floor when that is higher (a slow verdict at or below the floor goes fast as
+// budget_shedding).
 func (g *GreyZone) Decide(s Score, st State) Decision {
+	return withBudget(g.decide(s, st), s, st)
+}
+
+func (g *GreyZone) decide(s Score, st State) Decision {
 	load := st.Load()
 	if math.IsNaN(s.PSlow) || s.PSlow < g.Low || s.PSlow > g.High {
 		return modelDecision(s, load)
