@@ -58,12 +58,10 @@ const (
 	shareRecompute = 8
 )
 
-// NewShareBudget returns the budget cfg configures, or nil when cfg.MaxSlowShare is 0 (no
-// cap). cfg must be valid. now tells time; nil means time.Now.
+// NewShareBudget returns the budget cfg configures. With cfg.MaxSlowShare 0 it sets no floor
+// and only measures the window's slow share. cfg must be valid. now tells time; nil means
+// time.Now.
 func NewShareBudget(cfg Config, now func() time.Time) *ShareBudget {
-	if cfg.MaxSlowShare == 0 {
-		return nil
-	}
 	if now == nil {
 		now = time.Now
 	}
@@ -74,7 +72,7 @@ func NewShareBudget(cfg Config, now func() time.Time) *ShareBudget {
 
 func (b *ShareBudget) index(t time.Time) int64 { return t.UnixNano() / int64(b.slot) }
 
-// Max returns the configured cap.
+// Max returns the configured cap; 0 when there is none.
 func (b *ShareBudget) Max() float64 { return b.max }
 
 // Observe records one routed request: its P(slow) and whether it went slow. A NaN score
@@ -149,7 +147,7 @@ func (b *ShareBudget) advance() {
 // quantile is the lowest bin edge that at most max of the window's scores exceed; called
 // with mu held.
 func (b *ShareBudget) quantile() float64 {
-	if b.n < ShareMinSamples {
+	if b.max == 0 || b.n < ShareMinSamples {
 		return 0
 	}
 	allowed := b.max * float64(b.n)

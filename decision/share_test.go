@@ -45,7 +45,15 @@ func TestShareBudgetConfig(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tc.want)
 	}
-	require.Nil(t, NewShareBudget(shareConfig(0, time.Minute), nil), "no cap, no budget")
+
+	measure := NewShareBudget(shareConfig(0, time.Minute), nil)
+	for i := range 100 {
+		measure.Observe(float64(i)/100, i%2 == 0)
+	}
+	require.Zero(t, measure.Threshold(), "no cap: no floor")
+	share, n := measure.Share()
+	require.Equal(t, 100, n, "but the share is measured")
+	require.InDelta(t, 0.5, share, 1e-9)
 }
 
 func TestShareBudgetFloorIsTheQuantile(t *testing.T) {
