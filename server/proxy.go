@@ -100,9 +100,11 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	}()
 	setRouteHeaders(c, rq, &r)
 	// A stream whose client did not ask for usage is sent asking for it, so its tokens are
-	// counted like every other request's; the chunk that brings it is dropped before the
-	// client sees it (the stream it asked for, byte for byte otherwise). See
-	// pools.*.ask_stream_usage.
+	// counted like every other request's: most clients never ask, and the alternative, counting
+	// chunks, misses the prompt tokens and miscounts servers that send several tokens a chunk.
+	// The chunk that brings the usage is dropped before the client sees it (the stream it
+	// asked for, byte for byte otherwise). pools.*.ask_stream_usage turns it off for servers
+	// that refuse stream_options.
 	askedUsage := in.stream && !in.includeUsage && in.usageAskable && r.Pool.AskStreamUsage()
 	if askedUsage {
 		if body, err = withStreamUsage(body); err != nil {
