@@ -115,10 +115,10 @@ func modelDecision(s Score, load float64) Decision {
 	return Decision{Slow: false, Reason: ReasonFastModel, Threshold: s.Cutoff, Load: load}
 }
 
-// withBudget applies the slow-share budget's floor to d, the policy's own decision: a slow
+// applyBudget applies the slow-share budget's floor to d, the policy's own decision: a slow
 // verdict at or below the floor becomes fast with reason budget_shedding, and the reported
-// threshold is the larger of the two.
-func withBudget(d Decision, s Score, st State) Decision {
+// threshold is the larger of the two. It works in place: Decide runs on every request.
+func (d *Decision) applyBudget(s Score, st State) {
 	d.LoadThreshold, d.BudgetThreshold = d.Threshold, st.BudgetThreshold
 	if st.BudgetThreshold > d.Threshold {
 		d.Threshold = st.BudgetThreshold
@@ -126,5 +126,4 @@ func withBudget(d Decision, s Score, st State) Decision {
 	if d.Slow && st.BudgetThreshold > 0 && !(s.PSlow > st.BudgetThreshold) {
 		d.Slow, d.Reason = false, ReasonBudgetShedding
 	}
-	return d
 }

@@ -34,5 +34,6 @@ func (q *Quadratic) Decide(s Score, st State) Decision {
 	default:
 		d.Reason = ReasonFastModel
 	}
-	return withBudget(d, s, st)
+	d.applyBudget(s, st)
+	return d
 }
