@@ -189,7 +189,7 @@ def test_tokens_counted_non_streaming(client, stack, prompt, path):
     assert d["baseline"] == pytest.approx(cost(u.prompt_tokens, u.completion_tokens, PRICES["slow"]))
 
 
-def read_stream(stream):
+def read_stream_usage(stream):
     """Content, every chunk's usage, and the number of usage-only chunks (empty choices)."""
     parts, usages, usage_chunks = [], [], 0
     for chunk in stream:
@@ -215,7 +215,7 @@ def test_tokens_counted_streaming_with_and_without_include_usage(client, stack, 
                                                             stream_options={"include_usage": True})
     assert raw.headers["x-router-path"] == path
     assert "x-router-prompt-tokens" not in raw.headers, "a stream's headers go before its usage exists"
-    text, usages, usage_chunks = read_stream(raw.parse())
+    text, usages, usage_chunks = read_stream_usage(raw.parse())
     assert text == expected_text(render(messages), 8)
     assert usage_chunks == 1
     u = usages[-1]
@@ -226,7 +226,7 @@ def test_tokens_counted_streaming_with_and_without_include_usage(client, stack, 
     before = Meter(gw, path)
     raw = client.chat.completions.with_raw_response.create(model="auto", messages=messages, max_tokens=8, stream=True)
     assert raw.headers["x-router-path"] == path
-    text, usages, usage_chunks = read_stream(raw.parse())
+    text, usages, usage_chunks = read_stream_usage(raw.parse())
     assert text == expected_text(render(messages), 8)
     assert usage_chunks == 0 and all(x is None for x in usages), "no usage reaches a client that did not ask"
     d = Meter(gw, path).since(before)
