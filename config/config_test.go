@@ -364,3 +364,41 @@ func TestModelAliasMustNotBeAPoolsModel(t *testing.T) {
 	cfg.Routing.ModelAliases = []string{"auto"}
 	require.NoError(t, cfg.Validate())
 }
+
+// TestPricesAreCheckedAtStartup: a pool's prices are both given, finite and >= 0, or the
+// gateway does not start; the error names each bad field. Without prices a pool has no cost
+// counters, which is not an error.
+func TestPricesAreCheckedAtStartup(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"negative", "pools:\n  fast:\n    prices: {input_per_million: -0.1, output_per_million: 0.4}\n",
+			[]string{"pools.fast.prices.input_per_million: must be a finite number >= 0, got -0.1"}},
+		{"one missing", "pools:\n  slow:\n    prices: {input_per_million: 2.5}\n",
+			[]string{"pools.slow.prices.output_per_million: required when pools.slow.prices is set"}},
+		{"empty section", "pools:\n  slow:\n    prices: {}\n",
+			[]string{"pools.slow.prices.input_per_million: required", "pools.slow.prices.output_per_million: required"}},
+		{"not a number", "pools:\n  fast:\n    prices: {input_per_million: cheap, output_per_million: 1}\n",
+			[]string{"line 3", "cheap"}}, // the loader's wrong-type message: line and value
+		{"unknown key", "pools:\n  fast:\n    prices: {input: 1, output_per_million: 1}\n",
+			[]string{"input"}},
+		{"NaN", "pools:\n  fast:\n    prices: {input_per_million: .nan, output_per_million: 1}\n",
+			[]string{"pools.fast.prices.input_per_million: must be a finite number >= 0, got NaN"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(Sources{File: writeFile(t, tt.yaml), Environ: noEnv})
+			require.Error(t, err)
+			for _, w := range tt.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+
+	cfg, err := Load(Sources{File: writeFile(t, "pools:\n  fast:\n    prices: {input_per_million: 0, output_per_million: 0.6}\n"), Environ: noEnv})
+	require.NoError(t, err)
+	require.Equal(t, 0.0, *cfg.Pools.Fast.Prices.InputPerMillion, "a free model is allowed")
+	require.Equal(t, 0.6, *cfg.Pools.Fast.Prices.OutputPerMillion)
+	require.Nil(t, cfg.Pools.Slow.Prices, "absent prices stay absent")
+}

@@ -3,6 +3,7 @@ package decision
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Policy names accepted in Config.Policy.
@@ -33,6 +34,12 @@ type Config struct {
 	// LowQueue: in the grey zone, a batcher queue shorter than this goes slow; 0 <= LowQueue <=
 	// HighQueue. Default 3.
 	LowQueue int `yaml:"low_queue"`
+	// MaxSlowShare caps the share of routed requests that go slow over ShareWindow, in
+	// [0, 1); 0 (the default) sets no cap. See ShareBudget.
+	MaxSlowShare float64 `yaml:"max_slow_share"`
+	// ShareWindow is the sliding window the slow share is kept within, in [10s, 24h].
+	// Default 5m.
+	ShareWindow time.Duration `yaml:"share_window"`
 }
 
 // DefaultConfig returns the original design's values: quadratic policy, base 0.5, alpha 0.45, 50 slow
@@ -47,6 +54,7 @@ func DefaultConfig() Config {
 		GreyHigh:           0.55,
 		HighQueue:          10,
 		LowQueue:           3,
+		ShareWindow:        5 * time.Minute,
 	}
 }
 
@@ -89,6 +97,12 @@ func (c Config) ValidateAt(path string) error {
 	}
 	if c.HighQueue < c.LowQueue {
 		errs = append(errs, fmt.Errorf("%s.high_queue: must be >= low_queue (%d), got %d", path, c.LowQueue, c.HighQueue))
+	}
+	if !(c.MaxSlowShare >= 0 && c.MaxSlowShare < 1) {
+		errs = append(errs, fmt.Errorf("%s.max_slow_share: must be in [0, 1) (0 sets no cap), got %v", path, c.MaxSlowShare))
+	}
+	if c.ShareWindow < 10*time.Second || c.ShareWindow > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("%s.share_window: must be in [10s, 24h], got %s", path, c.ShareWindow))
 	}
 	return errors.Join(errs...)
 }

@@ -20,17 +20,21 @@ type GreyZone struct {
 	LowQueue int
 }
 
-// Decide implements Policy. The reported threshold is always the model's cutoff.
+// Decide implements Policy. The reported threshold is the model's cutoff, or the slow-share
+// budget's floor when that is higher (a slow verdict at or below the floor goes fast as
+// budget_shedding).
 func (g *GreyZone) Decide(s Score, st State) Decision {
 	load := st.Load()
-	if math.IsNaN(s.PSlow) || s.PSlow < g.Low || s.PSlow > g.High {
-		return modelDecision(s, load)
-	}
+	var d Decision
 	switch {
+	case math.IsNaN(s.PSlow) || s.PSlow < g.Low || s.PSlow > g.High,
+		st.QueueLen >= g.LowQueue && st.QueueLen <= g.HighQueue:
+		d = modelDecision(s, load)
 	case st.QueueLen > g.HighQueue:
-		return Decision{Slow: false, Reason: ReasonGreyZoneFast, Threshold: s.Cutoff, Load: load}
-	case st.QueueLen < g.LowQueue:
-		return Decision{Slow: true, Reason: ReasonGreyZoneSlow, Threshold: s.Cutoff, Load: load}
+		d = Decision{Slow: false, Reason: ReasonGreyZoneFast, Threshold: s.Cutoff, Load: load}
+	default: // st.QueueLen < g.LowQueue
+		d = Decision{Slow: true, Reason: ReasonGreyZoneSlow, Threshold: s.Cutoff, Load: load}
 	}
-	return modelDecision(s, load)
+	d.applyBudget(s, st)
+	return d
 }

@@ -175,6 +175,10 @@ var requiredPanels = map[string]string{
 	"Slow-path load and threshold":         "triage_slow_load",
 	"In flight per replica (gateway view)": "triage_upstream_inflight",
 	"Time to first token per replica":      "vllm:time_to_first_token_seconds_bucket",
+	"Tokens per pool":                      "triage_upstream_tokens_total",
+	"Slow share against its budget":        "triage_slow_share",
+	"Cost per hour: spent and all-slow":    "triage_upstream_cost_baseline_total",
+	"Saved vs all-slow":                    "triage_upstream_cost_total",
 }
 
 func TestDashboardStructure(t *testing.T) {

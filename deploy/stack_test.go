@@ -149,6 +149,9 @@ func TestGatewayStack(t *testing.T) {
 			`triage_slow_load`,
 			`triage_decision_threshold`,
 			`triage_upstream_inflight`,
+			`triage_upstream_tokens_total{kind="completion"} > 0`,
+			`triage_upstream_cost_total{pool="slow"}`,
+			`triage_upstream_cost_baseline_total{pool="fast"}`,
 		}
 		for id, pool := range st.pools {
 			key = append(key,

@@ -222,15 +222,25 @@ func (r *Router) decide(sc Score, hold bool) Route {
 	if rt.Slow {
 		rt.Pool = r.slow
 	}
+	if hold {
+		// Executed routed requests make the slow-share window; previews, pinned and fallback
+		// requests stay out of it.
+		r.share.Observe(float64(sc.PSlow), rt.Slow)
+	}
 	rt.Decided = time.Now()
 	rt.DecideTime = rt.Decided.Sub(start)
 	return rt
 }
 
-// State snapshots the load a decision is made under.
+// State snapshots the load a decision is made under, the slow-share budget's floor included.
 func (r *Router) State() decision.State {
-	return decision.State{SlowActive: r.budget.Active(), SlowMax: r.budget.Max(), QueueLen: r.batch.QueueLen()}
+	return decision.State{SlowActive: r.budget.Active(), SlowMax: r.budget.Max(), QueueLen: r.batch.QueueLen(),
+		BudgetThreshold: r.share.Threshold()}
 }
+
+// SlowShare returns the share of the routed requests in the slow-share window
+// (decision.share_window) that went slow, and how many there were.
+func (r *Router) SlowShare() (share float64, n int) { return r.share.Share() }
 
 // Threshold is the P(slow) a request must exceed to go slow under the current load.
 func (r *Router) Threshold() float64 {

@@ -79,8 +79,20 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		}, func() float64 { return r.State().Load() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_decision_threshold",
-			Help: "The P(slow) a request must exceed to go slow at the current load.",
+			Help: "The P(slow) a request must exceed to go slow now: the larger of the load threshold and the slow-share budget's floor.",
 		}, r.Threshold),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_decision_budget_threshold",
+			Help: "The slow-share budget's floor: the P(slow) only decision.max_slow_share of the window's routed requests exceed (0: no cap, or too few requests).",
+		}, r.share.Threshold),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_slow_share",
+			Help: "Share of the routed requests of the last decision.share_window that went slow.",
+		}, func() float64 { s, _ := r.share.Share(); return s }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "triage_slow_share_max",
+			Help: "decision.max_slow_share, the cap on triage_slow_share (0: none).",
+		}, r.share.Max),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "triage_cache_evictions_total",
 			Help: "Entries evicted from the result cache (ristretto's count).",

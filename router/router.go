@@ -67,7 +67,8 @@ type Options struct {
 	// Registerer receives the router's and the batcher's metrics. Nil means a private
 	// registry (nothing exported).
 	Registerer prometheus.Registerer
-	// Now is the result cache's clock (expiry). Nil means time.Now.
+	// Now is the clock of the result cache (expiry) and of the slow-share budget's window.
+	// Nil means time.Now.
 	Now func() time.Time
 }
 
@@ -92,6 +93,7 @@ type Router struct {
 	batch  *batcher.Batcher[scored]
 	policy decision.Policy
 	budget SlowBudget
+	share  *decision.ShareBudget // the slow-share cap (decision.max_slow_share) and its window's share
 	fast   *upstream.Pool
 	slow   *upstream.Pool
 	names  modelNames
@@ -144,6 +146,7 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 	if r.policy, err = decision.NewPolicy(cfg.Decision); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
+	r.share = decision.NewShareBudget(cfg.Decision, now)
 	if r.batch, err = batcher.New(cfg.Batcher, r.runBatch, batcher.Options{Logger: r.log, Registerer: reg}); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}

@@ -186,6 +186,12 @@ type statusSlow struct {
 	Max       int     `json:"max"`
 	Load      float64 `json:"load"`
 	Threshold float64 `json:"threshold"`
+	// The slow-share budget: the window's share of routed requests that went slow, over how
+	// many, the cap (0: none) and the threshold floor it sets.
+	Share           float64 `json:"share"`
+	ShareRequests   int     `json:"share_requests"`
+	ShareMax        float64 `json:"share_max"`
+	BudgetThreshold float64 `json:"budget_threshold"`
 }
 
 type statusResponse struct {
@@ -201,15 +207,20 @@ type statusResponse struct {
 // handleStatus reports pools and replicas, the model version and the slow-path load.
 func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
 	st := s.router.State()
+	share, shareN := s.router.SlowShare()
 	resp := statusResponse{
 		ModelVersion:   s.router.Version(),
 		DecisionPolicy: s.router.Policy(),
 		Ready:          s.readiness(),
 		SlowPath: statusSlow{
-			Active:    st.SlowActive,
-			Max:       st.SlowMax,
-			Load:      round6(st.Load()),
-			Threshold: round6(s.router.Threshold()),
+			Active:          st.SlowActive,
+			Max:             st.SlowMax,
+			Load:            round6(st.Load()),
+			Threshold:       round6(s.router.Threshold()),
+			Share:           round6(share),
+			ShareRequests:   shareN,
+			ShareMax:        s.cfg.Decision.MaxSlowShare,
+			BudgetThreshold: round6(st.BudgetThreshold),
 		},
 		BatcherQueue: st.QueueLen,
 		InFlight:     s.active.count(),

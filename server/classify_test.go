@@ -31,7 +31,7 @@ func TestClassifyReportsEveryTextWithoutExecuting(t *testing.T) {
 	require.Len(t, res, 3)
 
 	require.Equal(t, classifyResult{PSlow: 0.2, ModelLabel: 0, Label: 0, Path: "fast", Reason: "fast_model",
-		Threshold: 0.5, Load: 0, Cache: "miss", Tokens: 4, ModelVersion: "v1", Stage: "encoder"}, res[0])
+		Threshold: 0.5, ThresholdParts: thresholdParts{Load: 0.5}, Load: 0, Cache: "miss", Tokens: 4, ModelVersion: "v1", Stage: "encoder"}, res[0])
 	require.Equal(t, 0.87, res[1].PSlow)
 	require.Equal(t, 1, res[1].ModelLabel)
 	require.Equal(t, 1, res[1].Label)

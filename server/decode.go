@@ -267,17 +267,42 @@ type proxyInput struct {
 	user    string
 	model   string // the requested model, exact case; "" when absent or null
 	context bool   // the body has the non-standard top-level "context" field (stripped before forwarding)
+	// includeUsage: stream_options.include_usage is true, so the client wants the stream's
+	// usage chunk. usageAskable: stream_options is absent, null or an object, so the gateway
+	// can set include_usage itself (anything else is left for the replica to refuse).
+	includeUsage, usageAskable bool
 }
 
 // openAIFields are the fields routing reads ("model" pins or routes, and the gateway rewrites
 // it to the replica's); every other field passes through untouched.
 type openAIFields struct {
-	Messages, Prompt, Stream, User, Context, Model json.RawMessage
+	Messages, Prompt, Stream, StreamOptions, User, Context, Model json.RawMessage
 }
 
 func (f *openAIFields) fields() map[string]*json.RawMessage {
 	return map[string]*json.RawMessage{"messages": &f.Messages, "prompt": &f.Prompt, "stream": &f.Stream,
-		"user": &f.User, "context": &f.Context, "model": &f.Model}
+		"stream_options": &f.StreamOptions, "user": &f.User, "context": &f.Context, "model": &f.Model}
+}
+
+// streamOptions reads stream_options for token accounting only: it is passed on as sent,
+// and a value the replica would refuse is for the replica to refuse.
+func (f openAIFields) streamOptions(p *proxyInput) {
+	so := bytes.TrimSpace(f.StreamOptions)
+	if !present(so) || string(so) == "null" {
+		p.usageAskable = true
+		return
+	}
+	if so[0] != '{' {
+		return
+	}
+	var v struct {
+		IncludeUsage *bool `json:"include_usage"`
+	}
+	if json.Unmarshal(so, &v) != nil {
+		return
+	}
+	p.usageAskable = true
+	p.includeUsage = v.IncludeUsage != nil && *v.IncludeUsage
 }
 
 func (f openAIFields) common(p *proxyInput) (ctx string, err error) {
@@ -286,6 +311,7 @@ func (f openAIFields) common(p *proxyInput) (ctx string, err error) {
 			return "", badRequest("invalid_type", "stream", "stream: must be a boolean, got %s", jsonKind(f.Stream))
 		}
 	}
+	f.streamOptions(p)
 	if present(f.User) && string(f.User) != "null" {
 		if p.user, err = stringField(f.User, "user"); err != nil {
 			return "", err
@@ -481,6 +507,35 @@ func withoutField(body []byte, key string) ([]byte, error) {
 		return nil, jsonError(err, "")
 	}
 	delete(m, key)
+	return encodeObject(m)
+}
+
+// withStreamUsage returns body (a JSON object whose stream_options is absent, null or an
+// object) with stream_options.include_usage set to true, the other options kept. Top-level
+// member order becomes sorted, as in withoutField.
+func withStreamUsage(body []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, jsonError(err, "")
+	}
+	opts := map[string]json.RawMessage{}
+	if raw := m["stream_options"]; present(raw) && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &opts); err != nil {
+			return nil, jsonError(err, "stream_options")
+		}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	so, err := encodeObject(opts)
+	if err != nil {
+		return nil, err
+	}
+	m["stream_options"] = so
+	return encodeObject(m)
+}
+
+// encodeObject writes m as a JSON object without HTML escaping (the client's text is
+// passed on, not embedded in a page).
+func encodeObject(m map[string]json.RawMessage) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

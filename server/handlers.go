@@ -99,18 +99,27 @@ func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput,
 
 // classifyResult is one text's answer from /v1/classify.
 type classifyResult struct {
-	PSlow        float64 `json:"p_slow"`
-	ModelLabel   int     `json:"model_label"`
-	Label        int     `json:"label"`
-	Path         string  `json:"path"`
-	Reason       string  `json:"reason"`
-	Threshold    float64 `json:"threshold"`
-	Load         float64 `json:"load"`
-	Cache        string  `json:"cache"`
-	CacheTier    string  `json:"cache_tier,omitempty"`
-	Stage        string  `json:"stage"`
-	Tokens       int     `json:"tokens"`
-	ModelVersion string  `json:"model_version"`
+	PSlow      float64 `json:"p_slow"`
+	ModelLabel int     `json:"model_label"`
+	Label      int     `json:"label"`
+	Path       string  `json:"path"`
+	Reason     string  `json:"reason"`
+	Threshold  float64 `json:"threshold"`
+	// ThresholdParts explains Threshold, the larger of its parts.
+	ThresholdParts thresholdParts `json:"threshold_parts"`
+	Load           float64        `json:"load"`
+	Cache          string         `json:"cache"`
+	CacheTier      string         `json:"cache_tier,omitempty"`
+	Stage          string         `json:"stage"`
+	Tokens         int            `json:"tokens"`
+	ModelVersion   string         `json:"model_version"`
+}
+
+// thresholdParts are the two rules a routed request's P(slow) must pass: the policy's own
+// threshold (quadratic: base + alpha·load²) and the slow-share budget's floor (0: none).
+type thresholdParts struct {
+	Load   float64 `json:"load"`
+	Budget float64 `json:"budget"`
 }
 
 type classifyResponse struct {
@@ -162,12 +171,16 @@ func (s *Server) handleClassify(c *fiber.Ctx, rq *request) error {
 
 func resultFor(r *router.Route) classifyResult {
 	return classifyResult{
-		PSlow:        round6(float64(r.PSlow)),
-		ModelLabel:   r.ModelLabel(),
-		Label:        r.Label(),
-		Path:         r.Path(),
-		Reason:       string(r.Reason),
-		Threshold:    round6(r.Decision.Threshold),
+		PSlow:      round6(float64(r.PSlow)),
+		ModelLabel: r.ModelLabel(),
+		Label:      r.Label(),
+		Path:       r.Path(),
+		Reason:     string(r.Reason),
+		Threshold:  round6(r.Decision.Threshold),
+		ThresholdParts: thresholdParts{
+			Load:   round6(r.Decision.LoadThreshold),
+			Budget: round6(r.Decision.BudgetThreshold),
+		},
 		Load:         round6(r.Decision.Load),
 		Cache:        r.CacheResult(),
 		CacheTier:    r.CacheTier(),

@@ -251,11 +251,12 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 func build(cfg config.Config, o testOptions, ln net.Listener) (*Server, error) {
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
-	fast, err := upstream.New(cfg.Pools.Fast, upstream.Options{Logger: log, Registerer: reg})
+	popts := upstream.Options{Logger: log, Registerer: reg, BaselinePrices: cfg.Pools.Slow.Prices}
+	fast, err := upstream.New(cfg.Pools.Fast, popts)
 	if err != nil {
 		return nil, err
 	}
-	slow, err := upstream.New(cfg.Pools.Slow, upstream.Options{Logger: log, Registerer: reg})
+	slow, err := upstream.New(cfg.Pools.Slow, popts)
 	if err != nil {
 		return nil, err
 	}

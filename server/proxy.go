@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -98,6 +99,18 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		}
 	}()
 	setRouteHeaders(c, rq, &r)
+	// A stream whose client did not ask for usage is sent asking for it, so its tokens are
+	// counted like every other request's: most clients never ask, and the alternative, counting
+	// chunks, misses the prompt tokens and miscounts servers that send several tokens a chunk.
+	// The chunk that brings the usage is dropped before the client sees it (the stream it
+	// asked for, byte for byte otherwise). pools.*.ask_stream_usage turns it off for servers
+	// that refuse stream_options.
+	askedUsage := in.stream && !in.includeUsage && in.usageAskable && r.Pool.AskStreamUsage()
+	if askedUsage {
+		if body, err = withStreamUsage(body); err != nil {
+			return err
+		}
+	}
 	resp, err := r.Pool.Do(dl.ctx, &upstream.ForwardRequest{
 		Method:   http.MethodPost,
 		Path:     path,
@@ -117,11 +130,18 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		dl.stopTimer()
 	}
 	c.Set(HeaderReplica, resp.ReplicaID)
+	var src io.Reader = resp.Body
+	if !in.stream && !isEventStream(resp.Header.Get("Content-Type")) {
+		if src, err = s.prefetch(c, resp); err != nil {
+			resp.Body.Close()
+			return dl.err(err)
+		}
+	}
 	c.Status(resp.Status)
 	copyResponseHeader(c, resp.Header)
 	st := &stream{
 		body:    resp.Body,
-		src:     resp.Body,
+		src:     src,
 		log:     s.log,
 		pool:    r.Pool.Name(),
 		replica: resp.ReplicaID,
@@ -139,6 +159,9 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 			st.reported = true // errorResponse logs it
 			return sseErrorEvent(errorResponse(err, s.log))
 		})
+		if askedUsage {
+			st.sse.drop = usageChunkEvent
+		}
 		st.src = st.sse
 	}
 	handedOff = true
@@ -148,6 +171,32 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	// response is written, when writing fails (client gone) and when the response is reset.
 	c.Response().SetBodyStream(st, -1)
 	return nil
+}
+
+// maxPrefetch bounds how much of a non-streaming answer is read before its headers are sent.
+// Answers are a few KiB; a longer one is passed on without token headers.
+const maxPrefetch = 1 << 20
+
+// prefetch reads a non-streaming answer (up to maxPrefetch) before the response headers are
+// written, so the tokens the replica reported can go into x-router-prompt-tokens and
+// x-router-completion-tokens. It costs no latency: a non-streaming answer's body comes in one
+// piece, when the generation is done. It returns what the client is to read: the bytes read,
+// then the rest of the body. A body that breaks off within them is an error, answered as any
+// upstream failure (nothing has been sent yet).
+func (s *Server) prefetch(c *fiber.Ctx, resp *upstream.Response) (io.Reader, error) {
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxPrefetch))
+	if err != nil {
+		return nil, err
+	}
+	if n == maxPrefetch {
+		return io.MultiReader(&buf, resp.Body), nil
+	}
+	if u, ok := resp.Usage(); ok {
+		c.Set(HeaderPromptTokens, strconv.Itoa(u.PromptTokens))
+		c.Set(HeaderCompletionTokens, strconv.Itoa(u.CompletionTokens))
+	}
+	return &buf, nil
 }
 
 // failedReplica names the replica an upstream error came from, or "".

@@ -22,7 +22,12 @@ const (
 	HeaderReplica   = "x-router-replica"
 	HeaderLatency   = "x-router-latency"
 	HeaderStage     = "x-router-stage"
-	HeaderSession   = "x-session-id"
+	// HeaderPromptTokens and HeaderCompletionTokens are the replica's usage of a
+	// non-streaming answer: the tokens the gateway counted for it. A stream's headers go
+	// before its usage exists, so streams have neither.
+	HeaderPromptTokens     = "x-router-prompt-tokens"
+	HeaderCompletionTokens = "x-router-completion-tokens"
+	HeaderSession          = "x-session-id"
 )
 
 // route asks the router for a decision on a request that will be executed (a slow verdict

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
+
+	"github.com/triage-gw/triage/upstream"
 )
 
 // maxHeldEvent bounds how much of one SSE event is held back waiting for its end. An event
@@ -27,6 +30,12 @@ func isEventStream(ct string) bool {
 type sseFramer struct {
 	src     io.Reader
 	onBreak func(error) []byte
+	// drop, when set, is asked about every complete event (its bytes up to and including the
+	// blank line); an event it returns true for is not handed on. Nil keeps every event.
+	drop func(event []byte) bool
+	// dropLF: a dropped event ended in a CR that was the last byte read; the LF completing
+	// that CRLF, if it comes first in the next read, goes with it.
+	dropLF bool
 
 	buf       []byte
 	lo, ready int // buf[lo:ready]: whole events not yet handed on; buf[ready:]: a partial one
@@ -66,10 +75,21 @@ func (f *sseFramer) fill() {
 		}
 		f.buf = append(make([]byte, 0, 2*cap(f.buf)), f.buf...)
 	}
-	old := len(f.buf)
+	old, prev := len(f.buf), f.ready
 	n, err := f.src.Read(f.buf[old:cap(f.buf)])
 	f.buf = f.buf[:old+n]
+	if f.dropLF && n > 0 {
+		f.dropLF = false
+		if f.buf[old] == '\n' {
+			f.buf = append(f.buf[:old], f.buf[old+1:]...)
+			f.lines.afterCR = false
+		}
+	}
+	f.lines.record = f.drop != nil
 	f.ready = f.lines.scan(f.buf, old, f.ready)
+	if f.drop != nil {
+		f.dropEvents(prev)
+	}
 	switch {
 	case errors.Is(err, io.EOF):
 		f.eof = true
@@ -81,11 +101,63 @@ func (f *sseFramer) fill() {
 	}
 }
 
+// dropEvents removes the events drop refuses from the events completed by the last scan,
+// which start at from and end at the offsets the scan recorded; none was handed on yet.
+func (f *sseFramer) dropEvents(from int) {
+	ends := f.lines.ends
+	f.lines.ends = ends[:0]
+	w, start := from, from
+	for _, end := range ends {
+		if !f.drop(f.buf[start:end]) {
+			w += copy(f.buf[w:], f.buf[start:end])
+		} else if end == len(f.buf) && f.lines.afterCR {
+			f.dropLF = true
+		}
+		start = end
+	}
+	if w == start {
+		return // nothing dropped
+	}
+	n := copy(f.buf[w:], f.buf[f.ready:]) // the partial event follows the kept ones
+	f.buf, f.ready = f.buf[:w+n], w
+}
+
+// usageChunkEvent reports whether an SSE event is the stream's usage-only chunk (see
+// upstream.IsUsageChunk): the one the gateway asked for when the client did not.
+func usageChunkEvent(event []byte) bool {
+	var data []byte
+	lines := 0
+	for line := range bytes.Lines(event) {
+		line = bytes.TrimRight(line, "\r\n")
+		if payload, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			data = bytes.TrimPrefix(payload, []byte(" "))
+			lines++
+		}
+	}
+	return lines == 1 && upstream.IsUsageChunk(data)
+}
+
 // sseLines follows SSE line structure across reads to find where events end: at an empty
 // line, lines ending in LF, CRLF or CR (the HTML standard's event-stream grammar).
 type sseLines struct {
 	midLine bool // the last byte was inside a line
 	afterCR bool // the last byte was a CR, which an LF may complete
+	// With record set, scan appends every event end it finds to ends.
+	record bool
+	ends   []int
+}
+
+// end records an event end at i, or moves the last one there when an LF completes the CR
+// that ended it.
+func (l *sseLines) end(i int) {
+	if !l.record {
+		return
+	}
+	if n := len(l.ends); n > 0 && l.ends[n-1] == i-1 {
+		l.ends[n-1] = i
+		return
+	}
+	l.ends = append(l.ends, i)
 }
 
 // scan feeds b[from:] and returns the offset just past the last event end in it, or ready
@@ -99,16 +171,19 @@ func (l *sseLines) scan(b []byte, from, ready int) int {
 				l.afterCR = false
 				if ready == j {
 					ready = j + 1
+					l.end(ready)
 				}
 				continue
 			}
 			if !l.midLine {
 				ready = j + 1
+				l.end(ready)
 			}
 			l.midLine = false
 		case '\r':
 			if !l.midLine {
 				ready = j + 1
+				l.end(ready)
 			}
 			l.midLine, l.afterCR = false, true
 		default:

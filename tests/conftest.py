@@ -65,7 +65,8 @@ class Mock:
 
 
 class Gateway:
-    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None):
+    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None, prices=None):
+        """prices: {"fast": (input, output), "slow": (...)} per million tokens; None for none."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tempfile.NamedTemporaryFile("w", prefix="triage-", suffix=".yaml", delete=False)
@@ -77,6 +78,9 @@ class Gateway:
                       "    passive_ejection:", "      consecutive_failures: 1", f"      cooldown: {cooldown}"]
             if first_byte:
                 lines += ["    timeouts:", f"      first_byte: {first_byte}"]
+            if prices and name in prices:
+                i, o = prices[name]
+                lines += [f"    prices: {{input_per_million: {i}, output_per_million: {o}}}"]
             return "\n".join(lines)
 
         cfg.write("pools:\n" + pool("fast", "small-model", fast) + "\n" + pool("slow", "big-model", slow) + "\n" + extra_yaml)
@@ -97,13 +101,17 @@ class Gateway:
                 self.proc.kill()
 
 
+# Per million tokens (input, output): the stack's pools are priced, for the cost counters.
+PRICES = {"fast": (0.15, 0.6), "slow": (2.5, 10.0)}
+
+
 @pytest.fixture(scope="module")
 def stack():
     """Two fast and two slow mockllm replicas behind one gateway."""
     mocks = [Mock("fast-0", "fast"), Mock("fast-1", "fast"),
              Mock("slow-0", "slow", "--decode-per-token", "2ms", "--jitter", "0"),
              Mock("slow-1", "slow", "--decode-per-token", "2ms", "--jitter", "0")]
-    gw = Gateway(mocks[:2], mocks[2:])
+    gw = Gateway(mocks[:2], mocks[2:], prices=PRICES)
     yield gw, mocks
     gw.stop()
     for m in mocks:

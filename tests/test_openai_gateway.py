@@ -1,8 +1,9 @@
 """The official OpenAI Python client, streaming and not, through the gateway.
 
 Checks content (mockllm's deterministic text), decision headers and the SSE
-terminator, and that killing a replica costs no request that had not started
-streaming.
+terminator, token accounting against mockllm's usage (non-streaming, and
+streaming with and without include_usage), and that killing a replica costs no
+request that had not started streaming.
 """
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ import httpx2 as httpx  # the HTTP client the openai package itself uses
 import openai
 import pytest
 
-from conftest import Gateway, Mock
+from conftest import PRICES, Gateway, Mock
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
          "kilo", "lima", "mike", "november", "oscar", "papa"]
@@ -141,6 +142,114 @@ def test_bad_requests_are_4xx_with_openai_errors(client, stack):
     gw, _ = stack
     r = httpx.post(gw.url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "error" in r.json()
+
+
+class Meter:
+    """The gateway's token and cost counters for one pool, summed over its replicas."""
+
+    def __init__(self, gw, pool):
+        text = httpx.get(gw.url + "/metrics").text
+        self.prompt = self.completion = self.unmetered = self.cost = self.baseline = 0.0
+        for line in text.splitlines():
+            if f'pool="{pool}"' not in line:
+                continue
+            name, value = line.split("{", 1)[0], float(line.rsplit(" ", 1)[1])
+            if name == "triage_upstream_tokens_total":
+                if 'kind="prompt"' in line:
+                    self.prompt += value
+                else:
+                    self.completion += value
+            elif name == "triage_upstream_unmetered_total":
+                self.unmetered += value
+            elif name == "triage_upstream_cost_total":
+                self.cost += value
+            elif name == "triage_upstream_cost_baseline_total":
+                self.baseline += value
+
+    def since(self, before):
+        return {k: getattr(self, k) - getattr(before, k) for k in vars(self)}
+
+
+def cost(prompt, completion, prices):
+    return (prompt * prices[0] + completion * prices[1]) / 1e6
+
+
+@pytest.mark.parametrize("prompt,path", [(SLOW_PROMPT, "slow"), (FAST_PROMPT, "fast")])
+def test_tokens_counted_non_streaming(client, stack, prompt, path):
+    """A non-streaming answer: the gateway counts exactly the replica's usage, says so in the
+    token headers, and prices it at the pool's prices and at the slow pool's."""
+    gw, _ = stack
+    before = Meter(gw, path)
+    messages = [{"role": "user", "content": prompt + " (tokens)"}]
+    raw = client.chat.completions.with_raw_response.create(model="auto", messages=messages, max_tokens=6)
+    resp = raw.parse()
+    assert raw.headers["x-router-path"] == path
+    u = resp.usage
+    assert u.completion_tokens == 6 and u.prompt_tokens > 0
+    assert raw.headers["x-router-prompt-tokens"] == str(u.prompt_tokens)
+    assert raw.headers["x-router-completion-tokens"] == str(u.completion_tokens)
+    d = Meter(gw, path).since(before)
+    assert d["prompt"] == u.prompt_tokens and d["completion"] == u.completion_tokens
+    assert d["unmetered"] == 0
+    assert d["cost"] == pytest.approx(cost(u.prompt_tokens, u.completion_tokens, PRICES[path]))
+    assert d["baseline"] == pytest.approx(cost(u.prompt_tokens, u.completion_tokens, PRICES["slow"]))
+
+
+def read_stream_usage(stream):
+    """Content, every chunk's usage, and the number of usage-only chunks (empty choices)."""
+    parts, usages, usage_chunks = [], [], 0
+    for chunk in stream:
+        usages.append(chunk.usage)
+        if not chunk.choices:
+            usage_chunks += 1
+        for c in chunk.choices:
+            if c.delta.content:
+                parts.append(c.delta.content)
+    return "".join(parts), usages, usage_chunks
+
+
+@pytest.mark.parametrize("prompt,path", [(SLOW_PROMPT, "slow"), (FAST_PROMPT, "fast")])
+def test_tokens_counted_streaming_with_and_without_include_usage(client, stack, prompt, path):
+    """The same stream twice: asking for usage, the client gets the usage chunk and the gateway
+    counts exactly its numbers; not asking, the client gets no usage chunk (the gateway asked
+    the replica for it and kept it) and the gateway counts the same numbers anyway."""
+    gw, _ = stack
+    messages = [{"role": "user", "content": prompt + " (stream tokens)"}]
+
+    before = Meter(gw, path)
+    raw = client.chat.completions.with_raw_response.create(model="auto", messages=messages, max_tokens=8, stream=True,
+                                                            stream_options={"include_usage": True})
+    assert raw.headers["x-router-path"] == path
+    assert "x-router-prompt-tokens" not in raw.headers, "a stream's headers go before its usage exists"
+    text, usages, usage_chunks = read_stream_usage(raw.parse())
+    assert text == expected_text(render(messages), 8)
+    assert usage_chunks == 1
+    u = usages[-1]
+    assert u is not None and u.completion_tokens == 8 and u.prompt_tokens > 0
+    d = Meter(gw, path).since(before)
+    assert (d["prompt"], d["completion"], d["unmetered"]) == (u.prompt_tokens, 8, 0)
+
+    before = Meter(gw, path)
+    raw = client.chat.completions.with_raw_response.create(model="auto", messages=messages, max_tokens=8, stream=True)
+    assert raw.headers["x-router-path"] == path
+    text, usages, usage_chunks = read_stream_usage(raw.parse())
+    assert text == expected_text(render(messages), 8)
+    assert usage_chunks == 0 and all(x is None for x in usages), "no usage reaches a client that did not ask"
+    d = Meter(gw, path).since(before)
+    assert (d["prompt"], d["completion"], d["unmetered"]) == (u.prompt_tokens, 8, 0)
+    assert d["cost"] == pytest.approx(cost(u.prompt_tokens, 8, PRICES[path]))
+
+
+def test_completions_stream_tokens_counted(client, stack):
+    """Legacy completions stream the same way: no usage chunk unless asked, tokens counted."""
+    gw, _ = stack
+    prompt = "Summarize: the Danube flows through ten countries. (tokens)"
+    befores = {p: Meter(gw, p) for p in ("fast", "slow")}
+    chunks = list(client.completions.create(model="auto", prompt=prompt, max_tokens=5, stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == expected_text(prompt, 5)
+    assert all(c.choices and c.usage is None for c in chunks)
+    completion = sum(Meter(gw, p).since(befores[p])["completion"] for p in ("fast", "slow"))
+    assert completion == 5
 
 
 def test_killed_replica_costs_no_unstarted_request():

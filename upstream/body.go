@@ -1,8 +1,8 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
@@ -119,6 +119,9 @@ func (b *responseBody) Close() error {
 	if tokens < 0 {
 		tokens = b.tokens.count()
 	}
+	// Only a 2xx answer ran the model; an error body's missing usage is no gap.
+	rep := report{answered: b.status >= 200 && b.status < 300}
+	rep.usage, rep.metered = b.tokens.reported()
 	eof := b.eof
 	b.mu.Unlock()
 
@@ -134,20 +137,33 @@ func (b *responseBody) Close() error {
 		b.a.cancel(errBodyClosed)
 		err = b.rc.Close()
 	}
-	b.a.p.release(b.a.r, b.a.req, o, tokens)
+	b.a.p.release(b.a.r, b.a.req, o, tokens, rep)
 	return err
 }
 
-// maxUsageCapture bounds how much of a JSON body is kept to read
-// usage.completion_tokens; larger bodies report 0 unless SetOutputTokens.
+// maxUsageCapture bounds how much of a JSON body is kept to read its usage;
+// a larger body reports none (and 0 output tokens unless SetOutputTokens).
 const maxUsageCapture = 1 << 20
 
-// tokenCounter estimates output tokens from the bytes passing through.
+// maxUsageLine bounds how much of one SSE data line is kept to look for a
+// usage object in it. A usage chunk is a few hundred bytes; a longer line is
+// a token chunk and is only counted.
+const maxUsageLine = 64 << 10
+
+// tokenCounter follows the bytes passing through for the answer's token
+// counts: the replica's usage object when it sends one (the JSON body's, or
+// in a stream the last data line that carries a non-null one) and, for a
+// stream, the number of chunks, the output estimate of last resort.
 type tokenCounter struct {
 	mode   int // counterNone, counterSSE, counterJSON
 	match  int // progress through "data:" at a line start; see feed
 	events int
-	buf    []byte
+	buf    []byte // JSON: the body so far; SSE: the current data line's payload
+	skip   bool   // SSE: the current payload outgrew maxUsageLine
+	usage  Usage
+	full   bool // usage holds the replica's numbers, both of them
+	output bool // usage.CompletionTokens holds the replica's number
+	parsed bool // JSON: buf was parsed (once, at the end)
 }
 
 const (
@@ -160,6 +176,7 @@ const (
 	ssePrefix      = "data:"
 	sseNoMatch     = -1 // inside a line that is not a data line
 	sseAfterPrefix = -2 // saw "data:", waiting for the payload's first byte
+	sseInData      = -3 // inside a data line's payload, keeping it in buf
 )
 
 func (t *tokenCounter) init(contentType string) {
@@ -173,11 +190,25 @@ func (t *tokenCounter) init(contentType string) {
 }
 
 // feed scans p; SSE state carries across calls, so an event split between
-// two reads is counted once.
+// two reads is counted once and a usage chunk split between them is read
+// whole.
 func (t *tokenCounter) feed(p []byte) {
 	switch t.mode {
 	case counterSSE:
-		for _, c := range p {
+		for i := 0; i < len(p); i++ {
+			if t.match == sseInData {
+				j := bytes.IndexByte(p[i:], '\n')
+				if j < 0 {
+					t.keep(p[i:])
+					return
+				}
+				t.keep(p[i : i+j])
+				t.endData()
+				t.match = 0
+				i += j
+				continue
+			}
+			c := p[i]
 			switch {
 			case c == '\n':
 				t.match = 0
@@ -188,7 +219,8 @@ func (t *tokenCounter) feed(p []byte) {
 				if c != '[' { // "data: [DONE]" is not a chunk
 					t.events++
 				}
-				t.match = sseNoMatch
+				t.match, t.buf, t.skip = sseInData, t.buf[:0], false
+				i-- // c is the payload's first byte
 			case t.match >= 0:
 				if c != ssePrefix[t.match] {
 					t.match = sseNoMatch
@@ -206,20 +238,52 @@ func (t *tokenCounter) feed(p []byte) {
 	}
 }
 
+// keep adds b to the current data line's payload, up to maxUsageLine.
+func (t *tokenCounter) keep(b []byte) {
+	if t.skip {
+		return
+	}
+	if len(t.buf)+len(b) > maxUsageLine {
+		t.buf, t.skip = t.buf[:0], true
+		return
+	}
+	t.buf = append(t.buf, b...)
+}
+
+// endData looks for usage in the data line just ended. The last one seen
+// wins: a server sending usage in every chunk (vLLM's continuous_usage_stats)
+// has its running totals there and the final ones last.
+func (t *tokenCounter) endData() {
+	if t.skip || !bytes.Contains(t.buf, []byte(`"usage"`)) {
+		return
+	}
+	if u, full, output := parseUsage(t.buf); output {
+		t.usage, t.full, t.output = u, full, output
+	}
+}
+
+// parse reads a JSON body's usage, once: call it after the body's end.
+func (t *tokenCounter) parse() {
+	if t.mode == counterJSON && !t.parsed {
+		t.parsed = true
+		t.usage, t.full, t.output = parseUsage(t.buf)
+	}
+}
+
+// reported returns the replica's usage, if it sent a complete one.
+func (t *tokenCounter) reported() (Usage, bool) {
+	t.parse()
+	return t.usage, t.full
+}
+
+// count is the output token count for the picker: the reported completion
+// tokens, else for a stream the number of chunks.
 func (t *tokenCounter) count() int {
-	switch t.mode {
-	case counterSSE:
+	if t.parse(); t.output {
+		return t.usage.CompletionTokens
+	}
+	if t.mode == counterSSE {
 		return t.events
-	case counterJSON:
-		var v struct {
-			Usage struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
-		if json.Unmarshal(t.buf, &v) != nil {
-			return 0
-		}
-		return v.Usage.CompletionTokens
 	}
 	return 0
 }

@@ -48,6 +48,16 @@ type PoolConfig struct {
 	// Admission decides whether a request may enter the pool at all.
 	// Default always-admit.
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
+	// Prices are what this pool's tokens cost per million, for the cost
+	// counters. Nil (the default) means no cost counters for this pool.
+	Prices *Prices `yaml:"prices,omitempty" json:"prices,omitempty"`
+	// AskStreamUsage has the gateway ask the replicas for a usage chunk
+	// (stream_options.include_usage) on streams whose client did not, and
+	// drop that chunk before the client sees it, so every stream's tokens
+	// are counted. Turn it off for servers that refuse stream_options; such
+	// streams are then counted in triage_upstream_unmetered_total. Default
+	// true.
+	AskStreamUsage bool `yaml:"ask_stream_usage" json:"ask_stream_usage"`
 }
 
 // ReplicaConfig describes one upstream server.
@@ -143,6 +153,7 @@ func DefaultPoolConfig() PoolConfig {
 			Cooldown:            Duration(10 * time.Second),
 		},
 		ScrapeInterval: Duration(2 * time.Second),
+		AskStreamUsage: true,
 		Timeouts: TimeoutsConfig{
 			Connect:    Duration(2 * time.Second),
 			FirstByte:  Duration(20 * time.Second),
@@ -244,6 +255,9 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	}
 	if c.MaxInFlightPerReplica < 0 {
 		bad("max_in_flight_per_replica", "must be >= 0 (0 means unlimited), got %d", c.MaxInFlightPerReplica)
+	}
+	if c.Prices != nil {
+		errs = append(errs, c.Prices.ValidateAt(path+".prices"))
 	}
 	errs = append(errs, c.Policy.ValidateAt(path+".policy"), c.Admission.ValidateAt(path+".admission"))
 	return errors.Join(errs...)

@@ -37,6 +37,14 @@
 // failures (until its cooldown ends; then one failure ejects it again, one
 // success clears the record).
 //
+// Accounting: the response body is watched as it passes for the replica's "usage" object (a
+// JSON body's, or the usage chunk of a stream whose request set
+// stream_options.include_usage). When Body is closed its prompt and completion tokens are
+// counted per replica, and priced at PoolConfig.Prices and Options.BaselinePrices when set; a
+// 2xx answer without one is counted as unmetered. The pool never changes what it forwards
+// for this: asking a replica for a stream's usage, and hiding that chunk from a client that
+// did not ask, is the HTTP layer's choice (PoolConfig.AskStreamUsage, IsUsageChunk).
+//
 // # Concurrency
 //
 // Do, Healthy, Replicas, Drain and the response bodies may be used from any

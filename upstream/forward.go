@@ -99,12 +99,27 @@ type Response struct {
 // picker's Done, replacing the pool's own estimate. Call it before closing
 // Body. Without it, the pool counts SSE "data:" events (one per chunk,
 // "[DONE]" excluded, which approximates tokens for servers that stream one
-// token per chunk) or, for a JSON body up to 1 MiB, reads
-// usage.completion_tokens.
+// token per chunk) or, when the replica reported usage (a JSON body up to
+// 1 MiB, or a stream's usage chunk), takes its completion_tokens.
 func (r *Response) SetOutputTokens(n int) {
 	r.body.mu.Lock()
 	r.body.override = n
 	r.body.mu.Unlock()
+}
+
+// Usage returns the token counts the replica reported for this answer: the
+// JSON body's "usage", or a stream's usage chunk (sent when the request asked
+// for stream_options.include_usage). ok is false before the body has been
+// read to its end, and for an answer without usage (a stream that did not ask
+// for it, an error body, a JSON body over 1 MiB). The pool counts the same
+// numbers in triage_upstream_tokens_total when Body is closed.
+func (r *Response) Usage() (u Usage, ok bool) {
+	r.body.mu.Lock()
+	defer r.body.mu.Unlock()
+	if !r.body.eof {
+		return Usage{}, false
+	}
+	return r.body.tokens.reported()
 }
 
 // Do sends fr to one replica and returns its response, streaming.
@@ -309,7 +324,7 @@ func (a *attempt) discard() {
 		a.resp.Body.Close()
 	}
 	a.cancel(errRetried)
-	a.p.release(a.r, a.req, outcomeRetried, 0)
+	a.p.release(a.r, a.req, outcomeRetried, 0, report{})
 }
 
 // result hands the attempt to the caller: an error (and the attempt ends
@@ -317,7 +332,7 @@ func (a *attempt) discard() {
 func (a *attempt) result(retried bool) (*Response, error) {
 	if a.resp == nil {
 		a.cancel(nil)
-		a.p.release(a.r, a.req, a.fail, 0)
+		a.p.release(a.r, a.req, a.fail, 0, report{})
 		return nil, a.err
 	}
 	removeHopByHop(a.resp.Header)

@@ -62,6 +62,11 @@ type metrics struct {
 	retries   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
 	evictions *prometheus.CounterVec
+
+	tokens       *prometheus.CounterVec
+	unmetered    *prometheus.CounterVec
+	cost         *prometheus.CounterVec
+	baselineCost *prometheus.CounterVec
 }
 
 // newMetrics registers the upstream metrics on reg. A second call with the
@@ -98,6 +103,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_upstream_policy_evictions_total",
 			Help: "Entries the replica policy dropped from a table keyed by client-chosen values to stay within its bound (table: users, sessions, prefix_blocks).",
 		}, []string{"pool", "table"})),
+		tokens: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_tokens_total",
+			Help: "Tokens of answered requests as the replica reported them in its usage object (kind: prompt, completion).",
+		}, []string{"pool", "replica", "kind"})),
+		unmetered: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_unmetered_total",
+			Help: "Answers (2xx) without a usage object, so not in triage_upstream_tokens_total: streams cut before their usage chunk, replicas that send none.",
+		}, []string{"pool", "replica"})),
+		cost: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_cost_total",
+			Help: "What the pool's metered tokens cost at its configured prices (pools.<name>.prices), in the prices' currency.",
+		}, []string{"pool"})),
+		baselineCost: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_cost_baseline_total",
+			Help: "What the pool's metered tokens would have cost at the slow pool's prices: summed over pools, the cost had every request gone slow.",
+		}, []string{"pool"})),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register upstream metrics: %w", err)
@@ -128,6 +149,9 @@ type replicaMetrics struct {
 	ttfb      prometheus.Observer
 	ejections prometheus.Counter
 	outcomes  [numOutcomes]prometheus.Counter
+
+	promptTokens, completionTokens prometheus.Counter
+	unmetered                      prometheus.Counter
 }
 
 func (m *metrics) forReplica(pool, replica string) *replicaMetrics {
@@ -136,6 +160,10 @@ func (m *metrics) forReplica(pool, replica string) *replicaMetrics {
 		healthy:   m.healthy.WithLabelValues(pool, replica),
 		ttfb:      m.ttfb.WithLabelValues(pool, replica),
 		ejections: m.ejections.WithLabelValues(pool, replica),
+
+		promptTokens:     m.tokens.WithLabelValues(pool, replica, "prompt"),
+		completionTokens: m.tokens.WithLabelValues(pool, replica, "completion"),
+		unmetered:        m.unmetered.WithLabelValues(pool, replica),
 	}
 	for o := range numOutcomes {
 		rm.outcomes[o] = m.requests.WithLabelValues(pool, replica, o.String())

@@ -55,6 +55,12 @@ type Options struct {
 	// InFlight, so the policy balances the fleet's load. Nil means local
 	// mode: InFlight is this gateway's own.
 	Remote RemoteLoad
+	// BaselinePrices prices this pool's tokens a second time, in
+	// triage_upstream_cost_baseline_total: what they would have cost on the
+	// baseline pool. The gateway passes the slow pool's prices to both pools,
+	// so the sum over pools is the all-slow counterfactual. Nil means no
+	// baseline counter.
+	BaselinePrices *Prices
 }
 
 // Pool is a set of replicas serving one model, and the only way requests
@@ -76,6 +82,10 @@ type Pool struct {
 	metrics   *metrics
 	retries   prometheus.Counter
 	running   atomic.Bool
+
+	// The cost counters; nil when there are no prices to count with.
+	cost, baselineCost prometheus.Counter
+	baseline           *Prices
 }
 
 // New builds a pool with the replica policy and admission its config names
@@ -85,6 +95,11 @@ type Pool struct {
 func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+	}
+	if opts.BaselinePrices != nil {
+		if err := opts.BaselinePrices.ValidateAt("baseline prices"); err != nil {
+			return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+		}
 	}
 	reg := opts.Registerer
 	if reg == nil {
@@ -121,6 +136,14 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		retries:   m.retries.WithLabelValues(cfg.Name),
 		picks:     opts.Picks,
 		remote:    opts.Remote,
+	}
+	// Created now, so a dashboard finds the series at 0 before any traffic.
+	if cfg.Prices != nil {
+		p.cost = m.cost.WithLabelValues(cfg.Name)
+	}
+	if opts.BaselinePrices != nil {
+		p.baseline = opts.BaselinePrices
+		p.baselineCost = m.baselineCost.WithLabelValues(cfg.Name)
 	}
 	p.finisher, _ = picker.(policy.Finisher)
 	p.sharer, _ = picker.(policy.Sharer)
@@ -164,6 +187,11 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 
 // Name returns the pool's configured name.
 func (p *Pool) Name() string { return p.cfg.Name }
+
+// AskStreamUsage reports the pool's ask_stream_usage setting: whether a
+// stream may be sent with stream_options.include_usage its client did not ask
+// for (the caller then drops the usage chunk, see IsUsageChunk).
+func (p *Pool) AskStreamUsage() bool { return p.cfg.AskStreamUsage }
 
 // Model returns the model name sent to the replica, or "" for an unknown ID.
 func (p *Pool) Model(replicaID string) string {
@@ -372,13 +400,40 @@ func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
 	return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, ErrNoHealthyReplica)
 }
 
-// release ends one picked request: in-flight count, outcome metric and the
-// picker's Done, exactly once per successful acquire.
-func (p *Pool) release(r *replica, req *policy.Request, o outcome, outputTokens int) {
+// report is what an attempt's answer said about the tokens it cost.
+type report struct {
+	answered bool  // a 2xx answer: the model ran
+	usage    Usage // with metered: the replica's own numbers
+	metered  bool
+}
+
+// release ends one picked request: in-flight count, outcome metric, token
+// and cost accounting, and the picker's Done, exactly once per successful
+// acquire.
+func (p *Pool) release(r *replica, req *policy.Request, o outcome, outputTokens int, rep report) {
 	r.inFlight.Add(-1)
 	r.metrics.inflight.Dec()
 	r.metrics.outcomes[o].Inc()
+	switch {
+	case rep.metered:
+		p.account(r, rep.usage)
+	case rep.answered:
+		r.metrics.unmetered.Inc()
+	}
 	if p.finisher != nil {
 		p.finisher.Done(req, r.id, outputTokens)
+	}
+}
+
+// account counts one answer's tokens and what they cost: at this pool's
+// prices, and at the baseline's (Options.BaselinePrices).
+func (p *Pool) account(r *replica, u Usage) {
+	r.metrics.promptTokens.Add(float64(u.PromptTokens))
+	r.metrics.completionTokens.Add(float64(u.CompletionTokens))
+	if p.cost != nil {
+		p.cost.Add(p.cfg.Prices.Cost(u))
+	}
+	if p.baselineCost != nil {
+		p.baselineCost.Add(p.baseline.Cost(u))
 	}
 }

@@ -165,7 +165,8 @@ func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err 
 			}
 		}()
 	}
-	popts := upstream.Options{Logger: p.log, Registerer: reg}
+	// Both pools price their tokens at the slow pool's prices too: summed, the all-slow cost.
+	popts := upstream.Options{Logger: p.log, Registerer: reg, BaselinePrices: cfg.Pools.Slow.Prices}
 	if f != nil && f.Affinity != nil {
 		popts.Picks, popts.Remote = f.Affinity, f.Affinity
 	}
