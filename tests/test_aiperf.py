@@ -42,7 +42,7 @@ def builtin_gateway():
 
 
 def test_aiperf_streaming_chat_has_no_errors(builtin_gateway, tmp_path):
-    assert AIPERF.exists(), f"{AIPERF} is missing: run scripts/setup.sh aiperf (make setup does)"
+    assert AIPERF.exists(), f"{AIPERF} is missing: run make setup-aiperf (make test does)"
     assert (TOKENIZER / "tokenizer.json").exists(), "run scripts/setup.sh encoders"
     out = tmp_path / "aiperf"
     cmd = [str(AIPERF), "profile",
