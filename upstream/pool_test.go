@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
 	"github.com/triage-gw/triage/upstream/policy"
 )
 
@@ -156,17 +158,17 @@ func newFixture(t *testing.T, cfg PoolConfig, picker policy.Picker, admitter Adm
 	return f
 }
 
-// metric returns the value of the sample of family name whose labels
-// include want (gauge, counter, or histogram sample count), or 0.
-func (f *poolFixture) metric(t *testing.T, name string, want map[string]string) float64 {
+// matchingSeries returns the samples of family name in reg whose labels include want.
+func matchingSeries(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) []*dto.Metric {
 	t.Helper()
-	fams, err := f.reg.Gather()
+	fams, err := reg.Gather()
 	require.NoError(t, err)
+	var out []*dto.Metric
 	for _, mf := range fams {
 		if mf.GetName() != name {
 			continue
 		}
-	metrics:
+	series:
 		for _, m := range mf.GetMetric() {
 			have := map[string]string{}
 			for _, lp := range m.GetLabel() {
@@ -174,17 +176,27 @@ func (f *poolFixture) metric(t *testing.T, name string, want map[string]string) 
 			}
 			for k, v := range want {
 				if have[k] != v {
-					continue metrics
+					continue series
 				}
 			}
-			switch {
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// metric returns the value of the first sample of family name whose labels include want
+// (gauge, counter, or histogram sample count), or 0.
+func (f *poolFixture) metric(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	for _, m := range matchingSeries(t, f.reg, name, want) {
+		switch {
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		case m.GetHistogram() != nil:
+			return float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return 0

@@ -243,26 +243,5 @@ func TestPoolWithoutPricesHasNoCostSeries(t *testing.T) {
 // countSeries counts the series of family name whose labels include want.
 func countSeries(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) int {
 	t.Helper()
-	fams, err := reg.Gather()
-	require.NoError(t, err)
-	n := 0
-	for _, mf := range fams {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue series
-				}
-			}
-			n++
-		}
-	}
-	return n
+	return len(matchingSeries(t, reg, name, want))
 }
