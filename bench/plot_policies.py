@@ -4,8 +4,10 @@
     .deps/venv/bin/python bench/plot_policies.py DIR/results.csv bench/results/policies.png
 
 Left: time to first token per policy (p50 and p99 bars, mean as a dot).
-Right: prefix-cache hit rate per policy, with per-replica load max/mean on a
-second axis (1.0 is perfectly even; the target bound 1.5 is dashed).
+Right: prefix-cache hit rate per policy (and, where the CSV has the column,
+SLO attainment: the share of requests within the sweep's TTFT target), with
+per-replica load max/mean on a second axis (1.0 is perfectly even; the
+target bound 1.5 is dashed).
 """
 import csv
 import sys
@@ -41,10 +43,13 @@ def main(src: str, dst: str) -> None:
     ax1.legend()
 
     ax2.bar(x, hit, 0.6, color="tab:green", label="prefix-cache hit rate")
+    if "slo_attainment" in rows[0]:
+        slo = [100 * float(r["slo_attainment"]) for r in rows]
+        ax2.plot(x, slo, "s", color="tab:blue", label="TTFT within SLO target")
     ax2.set_xticks(x, names, rotation=35, ha="right")
-    ax2.set_ylabel("prefix-cache hit rate (%)")
+    ax2.set_ylabel("share (%)")
     ax2.set_ylim(0, 100)
-    ax2.set_title("Prefix-cache hit rate and per-replica load")
+    ax2.set_title("Prefix-cache hit rate, SLO attainment and per-replica load")
     ax2.grid(axis="y", alpha=0.3)
     ax3 = ax2.twinx()
     ax3.plot(x, load, "D", color="tab:red", label="load max/mean")

@@ -42,8 +42,10 @@ const usage = `Usage: triage-bench <command> [flags]
 
 Commands:
   policies   replay a seeded multi-turn Dolly chat trace against simulated
-             replicas once per replica policy; report TTFT, E2E, prefix-cache
-             hit rate, per-replica load and Jain's index
+             replicas once per replica policy (identical replicas, or with
+             --scenario heterogeneous one slower and one with half the cache);
+             report TTFT, E2E, SLO attainment, prefix-cache hit rate,
+             per-replica load and Jain's index
   gateway    start bin/triage as a subprocess and run the gateway scenarios
              (seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost)
   fleet      start redis-server, mockllm replicas and 1 or 3 gateways as processes

@@ -41,6 +41,7 @@ var cacheAware = []string{"prefix-cache", "lmetric", "lmetric-sticky", "lmetric-
 
 // sweepConfig is everything the policies subcommand needs.
 type sweepConfig struct {
+	Scenario       string        `json:"scenario"`
 	Replicas       int           `json:"replicas"`
 	Policies       []string      `json:"policies"`
 	Sim            sim.Config    `json:"-"`
@@ -48,6 +49,7 @@ type sweepConfig struct {
 	ScrapeInterval time.Duration `json:"scrape_interval_ns"`
 	Drain          time.Duration `json:"drain_ns"`
 	Trace          trace.Config  `json:"trace"`
+	SLOTTFT        time.Duration `json:"slo_ttft_ns"`
 
 	dolly      string
 	out        string
@@ -81,6 +83,8 @@ func defaultSweepSim() sim.Config {
 // bindFlags defines the sweep's own flags on fs, into c and, for the
 // comma-separated policy list, into policies, whose value is the default.
 func (c *sweepConfig) bindFlags(fs *flag.FlagSet, policies *string) {
+	fs.StringVar(&c.Scenario, "scenario", scenarioHomogeneous, "how the replicas differ: homogeneous (all alike) or heterogeneous (replica 0 twice as slow per prompt and output token, replica 1 with half the --kv-blocks; needs --replicas >= 2)")
+	fs.DurationVar(&c.SLOTTFT, "slo-ttft", defaultSLOTTFT, "TTFT target for SLO attainment (share of requests sent whose first token came within it); the default is just above one cold 1,500-token system prompt on a default replica (≈ 245 ms), so only queueing or a slowed replica misses it")
 	fs.IntVar(&c.Replicas, "replicas", 4, "simulated replicas (sim servers on 127.0.0.1:0, fresh for every policy)")
 	fs.StringVar(policies, "policies", *policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
 	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the prompts come from")
@@ -144,8 +148,11 @@ Replays one seeded multi-turn chat trace built from Dolly prompts (shared
 system prompts, growing histories, some heavy sessions, Poisson arrivals)
 against fresh simulated replicas once per replica policy, through
 upstream.Pool with streaming chat requests, and reports TTFT and end-to-end
-latency, prefix-cache hit rate, per-replica load (max/mean) and Jain's
-fairness index. Everything runs in this process on 127.0.0.1.
+latency, SLO attainment (share of requests with TTFT within --slo-ttft),
+prefix-cache hit rate, per-replica load (max/mean) and Jain's fairness
+index. Everything runs in this process on 127.0.0.1. --scenario
+heterogeneous replays the same trace on replicas that differ: replica 0
+twice as slow per token, replica 1 with half the prefix cache.
 
 Flags:
 `)
@@ -182,6 +189,15 @@ func (c *sweepConfig) finish() error {
 	}
 	if c.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("policies: --replicas must be >= 1, got %d", c.Replicas))
+	}
+	switch {
+	case !slices.Contains(scenarios, c.Scenario):
+		errs = append(errs, fmt.Errorf("policies: --scenario must be one of %s, got %q", strings.Join(scenarios, ", "), c.Scenario))
+	case c.Scenario == scenarioHeterogeneous && c.Replicas < 2:
+		errs = append(errs, fmt.Errorf("policies: --scenario heterogeneous needs --replicas >= 2, got %d", c.Replicas))
+	}
+	if c.SLOTTFT <= 0 {
+		errs = append(errs, fmt.Errorf("policies: --slo-ttft must be > 0, got %s", c.SLOTTFT))
 	}
 	if c.MaxTokens < 1 {
 		errs = append(errs, fmt.Errorf("policies: --max-tokens must be >= 1, got %d", c.MaxTokens))
@@ -236,7 +252,10 @@ type PolicyResult struct {
 	E2E      stats.Summary `json:"e2e"`
 	// HitRate is prefix-cache hit tokens / looked-up prompt tokens, summed
 	// over the replicas (their own counters).
-	HitRate       float64 `json:"prefix_hit_rate"`
+	HitRate float64 `json:"prefix_hit_rate"`
+	// SLOAttainment is the share of requests sent whose TTFT was within
+	// the sweep's --slo-ttft; errors count as misses.
+	SLOAttainment float64 `json:"slo_attainment"`
 	PrefillTokens int64   `json:"prefill_tokens"` // prompt tokens not served from cache
 	PerReplica    []int   `json:"per_replica_requests"`
 	LoadMaxMean   float64 `json:"load_max_over_mean"`
@@ -330,11 +349,11 @@ func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintln(stderr, "failed")
 			return fmt.Errorf("policy %s: %w", p, err)
 		}
-		fmt.Fprintf(stderr, "ttft mean %.0f ms p99 %.0f ms, hit %.1f%%, load max/mean %.2f, %d errors, %d held (%.1fs, timer late p99 %.1f ms)\n",
-			res.TTFT.Mean, res.TTFT.P99, 100*res.HitRate, res.LoadMaxMean, res.Errors, res.Held, res.Wall, res.TimerLate.P99)
+		fmt.Fprintf(stderr, "ttft mean %.0f ms p99 %.0f ms, slo %.1f%%, hit %.1f%%, load max/mean %.2f, %d errors, %d held (%.1fs, timer late p99 %.1f ms)\n",
+			res.TTFT.Mean, res.TTFT.P99, 100*res.SLOAttainment, 100*res.HitRate, res.LoadMaxMean, res.Errors, res.Held, res.Wall, res.TimerLate.P99)
 		results = append(results, res)
 	}
-	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), Trace: ts, Machine: report.DescribeMachine(), Results: results}
+	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), PerReplica: perReplicaJSON(c), Trace: ts, Machine: report.DescribeMachine(), Results: results}
 	return rep.Write(stdout, stderr)
 }
 
@@ -353,10 +372,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	pcfg.HealthCheck.Interval = 0 // replicas do not fail here; scraping still runs
 	pcfg.ScrapeInterval = upstream.Duration(c.ScrapeInterval)
 	index := make(map[string]int, c.Replicas)
-	for i := range servers {
-		sc := c.Sim
-		sc.Name = fmt.Sprintf("replica-%d", i)
-		sc.Seed = c.Trace.Seed*1000 + uint64(i)
+	for i, sc := range replicaConfigs(c) {
 		srv, err := sim.New(sc, sim.Options{DrainTimeout: time.Second})
 		if err != nil {
 			return res, err
@@ -393,7 +409,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	res.Wall = time.Since(start).Seconds()
 	res.TimerLate = stopProbe()
 
-	res.tally(out, servers, index)
+	res.tally(out, servers, index, c.SLOTTFT)
 
 	cancel()
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
@@ -403,8 +419,9 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 }
 
 // tally fills in res from the replayed requests and from the replicas' own
-// prefix-cache counters; index maps a replica's ID to its place in servers.
-func (res *PolicyResult) tally(out []requestResult, servers []*sim.Server, index map[string]int) {
+// prefix-cache counters; index maps a replica's ID to its place in servers,
+// sloTTFT is the TTFT target of SLOAttainment.
+func (res *PolicyResult) tally(out []requestResult, servers []*sim.Server, index map[string]int, sloTTFT time.Duration) {
 	var ttft, e2e []time.Duration
 	res.PerReplica = make([]int, len(servers))
 	for _, r := range out {
@@ -426,6 +443,7 @@ func (res *PolicyResult) tally(out []requestResult, servers []*sim.Server, index
 		e2e = append(e2e, r.timing.E2E)
 	}
 	res.TTFT, res.E2E = stats.Summarize(ttft), stats.Summarize(e2e)
+	res.SLOAttainment = sloAttainment(ttft, len(out), sloTTFT)
 	var q, h int64
 	for _, s := range servers {
 		st := s.Stats()

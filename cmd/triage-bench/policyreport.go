@@ -20,13 +20,16 @@ import (
 
 // PolicyReport is the policies subcommand's output.
 type PolicyReport struct {
-	Command   string         `json:"command"`
-	Config    *sweepConfig   `json:"config"`
-	SimConfig sim.Config     `json:"-"`
-	Replica   replicaJSON    `json:"replica"`
-	Trace     trace.Stats    `json:"trace_stats"`
-	Machine   report.Machine `json:"machine"`
-	Results   []PolicyResult `json:"results"`
+	Command   string       `json:"command"`
+	Config    *sweepConfig `json:"config"`
+	SimConfig sim.Config   `json:"-"`
+	Replica   replicaJSON  `json:"replica"`
+	// PerReplica is each replica's configuration where the scenario makes
+	// them differ (absent for homogeneous).
+	PerReplica []replicaJSON  `json:"per_replica,omitempty"`
+	Trace      trace.Stats    `json:"trace_stats"`
+	Machine    report.Machine `json:"machine"`
+	Results    []PolicyResult `json:"results"`
 }
 
 // replicaJSON is the replicas' configuration as results.json shows it.
@@ -45,6 +48,19 @@ func newReplicaJSON(c sim.Config) replicaJSON {
 	return replicaJSON{MaxRunning: c.MaxRunning, MaxWaiting: c.MaxWaiting, TTFTBase: c.TTFTBase.String(),
 		PrefillPerToken: c.PrefillPerToken.String(), DecodePerToken: c.DecodePerToken.String(), Jitter: c.Jitter,
 		BlockChars: c.BlockChars, KVCacheBlocks: c.KVCacheBlocks}
+}
+
+// perReplicaJSON is every replica's configuration when the scenario makes
+// them differ, nil when they are all c.Sim.
+func perReplicaJSON(c *sweepConfig) []replicaJSON {
+	if c.Scenario == scenarioHomogeneous {
+		return nil
+	}
+	var out []replicaJSON
+	for _, sc := range replicaConfigs(c) {
+		out = append(out, newReplicaJSON(sc))
+	}
+	return out
 }
 
 // Write prints the markdown report to stdout and, with --out, writes
@@ -89,7 +105,7 @@ func (r *PolicyReport) Markdown() string {
 	var b strings.Builder
 	c, s, t := r.Config, r.SimConfig, r.Trace
 	tc := c.Trace
-	fmt.Fprintf(&b, "# Replica policy sweep\n\n")
+	fmt.Fprintf(&b, "# Replica policy sweep (%s replicas)\n\n", c.Scenario)
 	fmt.Fprintf(&b, "- Command: `%s`\n", r.Command)
 	fmt.Fprintf(&b, "- Machine: %s\n", r.Machine)
 	fmt.Fprintf(&b, "- Replicas: %d simulated (package sim) per policy, fresh and cold for each policy, reached over HTTP on 127.0.0.1 through upstream.Pool (scrape interval %s, health checks off).\n",
@@ -97,6 +113,7 @@ func (r *PolicyReport) Markdown() string {
 	fmt.Fprintf(&b, "  Each: %d batch slots, queue %d, TTFT = %s + %s × uncached prompt tokens (cold %d-token system prompt ≈ %s), %s per output token, jitter ±%.0f%%, prefix cache %d blocks × %d bytes (%d tokens).\n",
 		s.MaxRunning, s.MaxWaiting, s.TTFTBase, s.PrefillPerToken, tc.SystemTokens, s.PrefillDelay(tc.SystemTokens, 0).Round(time.Millisecond),
 		s.DecodePerToken, 100*s.Jitter, s.KVCacheBlocks, s.BlockChars, s.KVCacheBlocks*s.BlockChars/4)
+	b.WriteString(scenarioLines(c))
 	fmt.Fprintf(&b, "- Trace (seed %d): %d streaming chat requests, Poisson arrivals at %.1f/s over %.1f s, %d sessions (%d heavy, %d requests from heavy sessions) with %d open at once and ≥ %s between a session's turns; a turn is sent only after the previous turn's answer ended.\n",
 		tc.Seed, t.Requests, tc.Rate, t.Span, t.Sessions, t.HeavySessions, t.HeavyRequests, tc.ActiveSessions, tc.MinThink)
 	fmt.Fprintf(&b, "  %d shared system prompts of %d tokens; light sessions %d–%d turns (context ≤ %d B), heavy %d–%d turns with a Dolly document ≤ %d B per turn; assistant history ≤ %d B per answer; %d users; max_tokens %d.\n",
@@ -105,8 +122,8 @@ func (r *PolicyReport) Markdown() string {
 		t.InputTokens.Mean, t.InputTokens.P50, t.InputTokens.P99, t.InputTokens.Max, t.BlockChars, t.DistinctBlocks, s.KVCacheBlocks)
 
 	base := r.find("least-request")
-	b.WriteString("| policy | ok / sent | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | prefix hit | load max/mean | Jain | requests per replica | mean TTFT vs least-request |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| policy | ok / sent | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | TTFT ≤ %s | E2E p50 ms | E2E p99 ms | prefix hit | load max/mean | Jain | requests per replica | mean TTFT vs least-request |\n", c.SLOTTFT)
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Results {
 		vs := "—"
 		if base != nil && base.TTFT.Mean > 0 && x.Policy != base.Policy {
@@ -116,11 +133,12 @@ func (r *PolicyReport) Markdown() string {
 		for i, n := range x.PerReplica {
 			per[i] = strconv.Itoa(n)
 		}
-		fmt.Fprintf(&b, "| %s | %d / %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f%% | %.2f | %.3f | %s | %s |\n",
-			x.Policy, x.OK, x.Requests, x.TTFT.Mean, x.TTFT.P50, x.TTFT.P99, x.E2E.P50, x.E2E.P99,
+		fmt.Fprintf(&b, "| %s | %d / %d | %.0f | %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% | %.2f | %.3f | %s | %s |\n",
+			x.Policy, x.OK, x.Requests, x.TTFT.Mean, x.TTFT.P50, x.TTFT.P99, 100*x.SLOAttainment, x.E2E.P50, x.E2E.P99,
 			100*x.HitRate, x.LoadMaxMean, x.Jain, strings.Join(per, " / "), vs)
 	}
-	b.WriteString("\nPrefix hit = prompt tokens served from the replicas' prefix caches / prompt tokens looked up (the replicas' own counters). " +
+	fmt.Fprintf(&b, "\nTTFT ≤ %s = SLO attainment: requests whose first token came within %s / requests sent (errors count as misses). ", c.SLOTTFT, c.SLOTTFT)
+	b.WriteString("Prefix hit = prompt tokens served from the replicas' prefix caches / prompt tokens looked up (the replicas' own counters). " +
 		"Load = requests served per replica; max/mean 1 and Jain 1 are perfectly even. Percentiles are nearest-rank.\n")
 	var late []float64
 	held := make([]string, len(r.Results))
@@ -205,7 +223,7 @@ func (r *PolicyReport) CSV() []byte {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	w.Write([]string{"policy", "requests", "ok", "errors", "held",
-		"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
+		"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "slo_attainment",
 		"e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
 		"prefix_hit_rate", "prefill_tokens", "load_max_over_mean", "jain_index", "per_replica_requests"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
@@ -215,7 +233,7 @@ func (r *PolicyReport) CSV() []byte {
 			per[i] = strconv.Itoa(n)
 		}
 		w.Write([]string{x.Policy, strconv.Itoa(x.Requests), strconv.Itoa(x.OK), strconv.Itoa(x.Errors), strconv.Itoa(x.Held),
-			f(x.TTFT.Mean), f(x.TTFT.P50), f(x.TTFT.P90), f(x.TTFT.P99),
+			f(x.TTFT.Mean), f(x.TTFT.P50), f(x.TTFT.P90), f(x.TTFT.P99), strconv.FormatFloat(x.SLOAttainment, 'f', 4, 64),
 			f(x.E2E.Mean), f(x.E2E.P50), f(x.E2E.P99),
 			strconv.FormatFloat(x.HitRate, 'f', 4, 64), strconv.FormatInt(x.PrefillTokens, 10),
 			f(x.LoadMaxMean), strconv.FormatFloat(x.Jain, 'f', 4, 64), strings.Join(per, ";")})
