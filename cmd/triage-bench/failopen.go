@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/report"
@@ -123,20 +120,11 @@ func (l failOpenLevel) name() string {
 // cascade on and off, in one run.
 func scenarioFailOpen(ctx context.Context, env *gwEnv) (report.Scenario, error) {
 	res := report.Scenario{Name: "fail-open", Title: fmt.Sprintf("%d clients, streaming chat, a new %d-word prompt each: TTFT and errors before fail-open and with it", env.cfg.FailOpenClients, env.cfg.FailOpenWords)}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srv, err := sim.New(failOpenSim(), sim.Options{})
+	direct, stop, err := startReplica(ctx, failOpenSim())
 	if err != nil {
 		return res, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return res, err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Serve(gctx, ln) })
-	defer func() { cancel(); g.Wait() }()
-	direct := "http://" + ln.Addr().String()
+	defer stop()
 
 	texts, err := newTextSource(env.rows, env.cfg.Seed+7, true)
 	if err != nil {

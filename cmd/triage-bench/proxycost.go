@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/stats"
@@ -66,22 +64,12 @@ type proxyLevel struct {
 
 func scenarioProxyCost(ctx context.Context, env *gwEnv) (report.Scenario, error) {
 	res := report.Scenario{Name: "proxy-cost", Title: "streaming /v1/chat/completions TTFT through the gateway minus direct to the same mockllm"}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	// The replica, in this process.
-	srv, err := sim.New(zeroLatencySim(), sim.Options{})
+	direct, stop, err := startReplica(ctx, zeroLatencySim())
 	if err != nil {
 		return res, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return res, err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Serve(gctx, ln) })
-	defer func() { cancel(); g.Wait() }()
-	direct := "http://" + ln.Addr().String()
+	defer stop()
 
 	// A second gateway whose pools are that replica.
 	cfgPath := filepath.Join(env.logDir, "proxy-cost.yaml")
@@ -205,4 +193,21 @@ func proxyCostDetail(levels []proxyLevel, cfgPath string, d time.Duration) strin
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// startReplica serves a simulated replica with cfg on a free 127.0.0.1 port, in this process,
+// until stop (which waits for it to end) or ctx ends. It returns the replica's base URL.
+func startReplica(ctx context.Context, cfg sim.Config) (url string, stop func(), err error) {
+	srv, err := sim.New(cfg, sim.Options{})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, ln) }()
+	return "http://" + ln.Addr().String(), func() { cancel(); <-done }, nil
 }
