@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/gofiber/fiber/v2"
@@ -98,6 +99,8 @@ func (e *upstreamStatusError) Error() string {
 //
 //	*apiError                                  as built (input errors: 400, 401, 404, 413, 415, ...)
 //	*fiber.Error (router, body limit)          its status, OpenAI-shaped
+//	a request fasthttp cannot parse            400 invalid_header / incomplete_body, the raw
+//	                                           request fasthttp appends cut (parseError)
 //	over server.max_connections                503, Retry-After: 1 (written by connListener)
 //	over server.max_connections_per_ip         429, Retry-After: 1 (written by connListener)
 //	router.ErrQueueFull                        429, Retry-After: 1
@@ -230,11 +233,29 @@ func failureKind(err error) string {
 	return "the request failed"
 }
 
+// parseError names a request fasthttp could not parse. Its text ends with the raw request
+// ("buffer size=N, contents: ...") — every header the client sent, credentials included — which
+// is cut: the client is told which value was refused, never sent its request back, and a
+// proxy or log in between never stores it.
+func parseError(msg string) (code, message string) {
+	msg, _, _ = strings.Cut(msg, ": buffer size=")
+	msg, _, _ = strings.Cut(msg, "; buffer size=")
+	if rest, ok := strings.CutPrefix(msg, "error when reading request headers: "); ok {
+		return "invalid_header", "the request headers could not be parsed: " + rest
+	}
+	if rest, ok := strings.CutPrefix(msg, "error when reading request body: "); ok {
+		return "incomplete_body", "the request body could not be read: " + rest
+	}
+	return "invalid_request", msg
+}
+
 // fiberError turns errors raised by fiber itself (no route, wrong method, body too large,
 // malformed request) into OpenAI-shaped ones.
 func fiberError(fe *fiber.Error) *apiError {
 	e := &apiError{status: fe.Code, typ: typeInvalidRequest, message: fe.Message}
 	switch fe.Code {
+	case http.StatusBadRequest:
+		e.code, e.message = parseError(fe.Message)
 	case http.StatusNotFound:
 		e.code = "not_found"
 	case http.StatusMethodNotAllowed:

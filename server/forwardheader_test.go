@@ -46,20 +46,24 @@ func TestControlByteInForwardedHeaderIsA400AndEjectsNobody(t *testing.T) {
 
 	chat := `{"messages":[{"role":"user","content":"hello p=0.1"}]}`
 	slowChat := `{"messages":[{"role":"user","content":"epic p=0.9"}],"stream":true}`
-	cases := []struct{ name, lines, body, header string }{
-		{"user-agent 0x01", "User-Agent: evil\x01agent\r\n", chat, "User-Agent"},
-		{"x-request-id 0x7f", "X-Request-Id: id\x7f\r\n", chat, "X-Request-Id"},
-		{"traceparent escape", "Traceparent: \x1b[31m\r\n", slowChat, "Traceparent"},
-		{"accept 0x0b", "Accept: text/\x0bplain\r\n", slowChat, "Accept"},
+	cases := []struct{ name, lines, body string }{
+		{"user-agent 0x01", "User-Agent: evil\x01agent\r\n", chat},
+		{"x-request-id 0x7f", "X-Request-Id: id\x7f\r\n", chat},
+		{"traceparent escape", "Traceparent: \x1b[31m\r\n", slowChat},
+		{"accept 0x0b", "Accept: text/\x0bplain\r\n", slowChat},
 	}
 	for round := range 5 {
 		for _, c := range cases {
-			resp, body := rawPost(t, url, "/v1/chat/completions", c.lines, c.body)
+			resp, body := rawPost(t, url, "/v1/chat/completions", "Authorization: Bearer secret-key\r\n"+c.lines, c.body)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s (round %d): %s", c.name, round, body)
 			e := apiErr(t, body)
 			require.Equal(t, "invalid_header", *e.Code, c.name)
-			require.Equal(t, c.header, *e.Param, c.name)
-			require.Contains(t, e.Message, "control character", c.name)
+			// fasthttp refuses these values while parsing, before upstream.CheckHeader (kept
+			// for whatever a parser lets through) could name the header: the message names
+			// the value, and never echoes the rest of the request, credentials included.
+			require.Contains(t, e.Message, "invalid header value", c.name)
+			require.NotContains(t, string(body), "secret-key", c.name)
+			require.NotContains(t, string(body), "Content-Length", c.name)
 		}
 	}
 	require.Empty(t, f0.requests())
@@ -77,4 +81,19 @@ func TestControlByteInForwardedHeaderIsA400AndEjectsNobody(t *testing.T) {
 	got := append(f0.requests(), f1.requests()...)
 	require.Len(t, got, 1)
 	require.Equal(t, "fine/1.0\tok", got[0].header.Get("User-Agent"), "a valid value is forwarded as sent")
+}
+
+// parseError keeps what fasthttp says was wrong and drops the raw request it appends.
+func TestParseErrorCutsTheRawRequest(t *testing.T) {
+	for _, c := range []struct{ in, code, msg string }{
+		{`error when reading request headers: invalid header value "a\x01b": buffer size=90, contents: "POST / HTTP/1.1\r\nAuthorization: Bearer k\r\n"`,
+			"invalid_header", `the request headers could not be parsed: invalid header value "a\x01b"`},
+		{`error when reading request body: unexpected EOF; buffer size=12, contents: "GET"`,
+			"incomplete_body", "the request body could not be read: unexpected EOF"},
+		{"Bad Request", "invalid_request", "Bad Request"},
+	} {
+		code, msg := parseError(c.in)
+		require.Equal(t, c.code, code, c.in)
+		require.Equal(t, c.msg, msg, c.in)
+	}
 }
