@@ -31,13 +31,13 @@ import (
 // "lmetric-sticky" and "lmetric-unified" are the lmetric policy with its
 // variant set.
 var sweepPolicies = []string{
-	"round-robin", "random", "least-request", "prefix-cache",
+	"round-robin", "random", "least-request", "prefix-cache", "prefix-cache-preble",
 	"lmetric", "lmetric-sticky", "lmetric-unified", "weighted", "vtc-basic",
 	"least-kv-cache", "least-utilization", "least-busy-time", "throughput", "least-latency",
 }
 
 // cacheAware are the policies that look at prompt prefixes.
-var cacheAware = []string{"prefix-cache", "lmetric", "lmetric-sticky", "lmetric-unified", "weighted"}
+var cacheAware = []string{"prefix-cache", "prefix-cache-preble", "lmetric", "lmetric-sticky", "lmetric-unified", "weighted"}
 
 // sweepConfig is everything the policies subcommand needs.
 type sweepConfig struct {

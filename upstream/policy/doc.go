@@ -29,11 +29,12 @@
 // and a build function. A [Config] holds the name, the tracing settings and
 // one section per registered policy under its key (prefix_cache, lmetric,
 // weighted, vtc, random, least_utilization, least_busy_time, throughput,
-// least_latency); every section is validated whichever policy is
+// least_latency, preble); every section is validated whichever policy is
 // selected, and [Config.UnmarshalYAML] decodes each into its own type,
 // refusing unknown keys at any depth.
 //
-// The prefix-aware policies (prefix-cache, lmetric, weighted) keep a
+// The prefix-aware policies (prefix-cache, prefix-cache-preble, lmetric,
+// weighted) keep a
 // router-side index of which prompt blocks each replica was sent; it is
 // lossy by design (bounded per replica, least recently sent blocks dropped)
 // and the replicas are never asked what they really cache.

@@ -26,6 +26,8 @@ func TestNew(t *testing.T) {
 		"least-busy-time":   (*LeastBusyTime)(nil),
 		"throughput":        (*Throughput)(nil),
 		"least-latency":     (*LeastLatency)(nil),
+
+		"prefix-cache-preble": (*Preble)(nil),
 	}
 	require.ElementsMatch(t, Names(), func() []string {
 		var names []string
@@ -59,7 +61,7 @@ func TestNew(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Name = "least-loaded"
 		_, err := New(cfg, Env{})
-		require.ErrorContains(t, err, `policy.name: unknown policy "least-loaded" (want one of least-busy-time, least-gpu-cache, least-kv-cache, least-latency, least-request, least-utilization, lmetric, prefix-cache, random, round-robin, throughput, vtc-basic, weighted)`)
+		require.ErrorContains(t, err, `policy.name: unknown policy "least-loaded" (want one of least-busy-time, least-gpu-cache, least-kv-cache, least-latency, least-request, least-utilization, lmetric, prefix-cache, prefix-cache-preble, random, round-robin, throughput, vtc-basic, weighted)`)
 	})
 }
 
@@ -104,7 +106,7 @@ func TestFinishers(t *testing.T) {
 		p, err := New(cfg, Env{})
 		require.NoError(t, err)
 		_, ok := p.(Finisher)
-		require.Equal(t, name == "lmetric" || name == "vtc-basic" || name == "least-busy-time", ok, name)
+		require.Equal(t, name == "lmetric" || name == "vtc-basic" || name == "least-busy-time" || name == "prefix-cache-preble", ok, name)
 	}
 }
 
