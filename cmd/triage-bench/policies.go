@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -59,6 +60,9 @@ type sweepConfig struct {
 	// HeavyUserShare is the tenants scenario's heavy user's share of the
 	// sessions (the trace's HeavyUserShare in that scenario only).
 	HeavyUserShare float64 `json:"heavy_user_share"`
+	// Seeds, when set, are the trace seeds the sweep runs once each
+	// (--seeds); empty: one run with the trace's seed.
+	Seeds []uint64 `json:"seeds,omitempty"`
 
 	dolly      string
 	out        string
@@ -155,6 +159,8 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	c.bindFlags(fs, &policies)
 	bindTraceFlags(fs, &c.Trace)
 	c.bindReplicaFlags(fs)
+	var seeds string
+	fs.StringVar(&seeds, "seeds", "", "comma-separated trace seeds: run the whole sweep once per seed (overrides --seed) and add each policy's mean and min–max across them to the report, to tell real differences from seed-to-seed noise")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: triage-bench policies [flags]
 
@@ -190,6 +196,19 @@ Flags:
 			return nil, err
 		}
 		c.Policies = append(c.Policies, p)
+	}
+	for _, f := range strings.Split(seeds, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		seed, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("policies: --seeds: %q is not a seed (a non-negative integer)", f)
+		}
+		c.Seeds = append(c.Seeds, seed)
+	}
+	if len(c.Seeds) > 0 {
+		c.Trace.Seed = c.Seeds[0]
 	}
 	if err := c.finish(); err != nil {
 		return nil, err
@@ -330,7 +349,9 @@ func prepare(tr *trace.Trace, model string, maxTokens int) ([]preparedRequest, e
 	return out, nil
 }
 
-// runPolicies is the policies subcommand.
+// runPolicies is the policies subcommand. With --seeds it runs the whole
+// sweep once per trace seed; the report's main table is the first seed's,
+// and an extra table gives each policy's spread across the seeds.
 func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parsePoliciesFlags(args, stderr)
 	if err != nil {
@@ -340,39 +361,65 @@ func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	seeds := c.Seeds
+	if len(seeds) == 0 {
+		seeds = []uint64{c.Trace.Seed}
+	}
+	var rep *PolicyReport
+	for i, seed := range seeds {
+		sc := *c
+		sc.Trace.Seed = seed
+		if len(c.Seeds) > 0 {
+			fmt.Fprintf(stderr, "seed %d:\n", seed)
+		}
+		ts, results, err := runSweep(ctx, &sc, rows, logger, stderr)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			c.Trace.Seed = seed
+			rep = &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), PerReplica: perReplicaJSON(c), Trace: ts, Machine: report.DescribeMachine(), Results: results}
+		}
+		if len(c.Seeds) > 0 {
+			rep.SeedRuns = append(rep.SeedRuns, SeedRun{Seed: seed, Results: results})
+		}
+	}
+	return rep.Write(stdout, stderr)
+}
+
+// runSweep generates c's trace from rows and replays it once per policy.
+func runSweep(ctx context.Context, c *sweepConfig, rows []dolly.Row, logger *slog.Logger, stderr io.Writer) (trace.Stats, []PolicyResult, error) {
 	tr, err := trace.Generate(c.Trace, rows)
 	if errors.Is(err, trace.ErrNoRequests) {
-		return fmt.Errorf("%w; raise --rate or --duration", err)
+		return trace.Stats{}, nil, fmt.Errorf("%w; raise --rate or --duration", err)
 	}
 	if err != nil {
-		return err
+		return trace.Stats{}, nil, err
 	}
 	reqs, err := prepare(tr, c.Sim.Model, c.MaxTokens)
 	if err != nil {
-		return err
+		return trace.Stats{}, nil, err
 	}
 	ts := tr.Stats(c.Sim.BlockChars)
 	fmt.Fprintf(stderr, "trace: %d requests, %d sessions (%d heavy), input tokens mean %.0f p50 %.0f max %.0f, %d distinct %d-byte blocks\n",
 		ts.Requests, ts.Sessions, ts.HeavySessions, ts.InputTokens.Mean, ts.InputTokens.P50, ts.InputTokens.Max, ts.DistinctBlocks, ts.BlockChars)
-
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var results []PolicyResult
 	for _, p := range c.Policies {
 		if err := ctx.Err(); err != nil {
-			return err
+			return ts, nil, err
 		}
 		fmt.Fprintf(stderr, "policy %-16s ... ", p)
 		res, err := runOnePolicy(ctx, c, p, reqs, logger)
 		if err != nil {
 			fmt.Fprintln(stderr, "failed")
-			return fmt.Errorf("policy %s: %w", p, err)
+			return ts, nil, fmt.Errorf("policy %s: %w", p, err)
 		}
 		fmt.Fprintf(stderr, "ttft mean %.0f ms p99 %.0f ms, slo %.1f%%, hit %.1f%%, load max/mean %.2f, %d errors, %d held (%.1fs, timer late p99 %.1f ms)\n",
 			res.TTFT.Mean, res.TTFT.P99, 100*res.SLOAttainment, 100*res.HitRate, res.LoadMaxMean, res.Errors, res.Held, res.Wall, res.TimerLate.P99)
 		results = append(results, res)
 	}
-	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), PerReplica: perReplicaJSON(c), Trace: ts, Machine: report.DescribeMachine(), Results: results}
-	return rep.Write(stdout, stderr)
+	return ts, results, nil
 }
 
 // runOnePolicy starts fresh replicas and a fresh pool, replays reqs and

@@ -30,6 +30,8 @@ type PolicyReport struct {
 	Trace      trace.Stats    `json:"trace_stats"`
 	Machine    report.Machine `json:"machine"`
 	Results    []PolicyResult `json:"results"`
+	// SeedRuns are every seed's results with --seeds (the first is Results).
+	SeedRuns []SeedRun `json:"seed_runs,omitempty"`
 }
 
 // replicaJSON is the replicas' configuration as results.json shows it.
@@ -172,6 +174,7 @@ func (r *PolicyReport) Markdown() string {
 	if base != nil {
 		b.WriteString("\n" + r.targetLine(base) + "\n")
 	}
+	b.WriteString(r.seedsTable())
 	return b.String()
 }
 
