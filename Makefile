@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker bench bench-classifier bench-gateway bench-cascade bench-fail-open bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
 
 all: build
 
@@ -133,6 +133,14 @@ bench-classifier: setup
 bench-gateway: build
 	bin/triage-bench gateway --out bench/results/gateway $(ARGS)
 	bin/triage-bench policies --out bench/results/policies --plot $(ARGS)
+
+# The replica-policy sweep in each scenario besides the default one: replicas that differ,
+# a replica that slows down mid-run, one heavy user among light ones. Results in
+# bench/results/policies-<scenario>/ (see bench/README.md).
+bench-policies-scenarios: build
+	for scenario in heterogeneous degrading tenants; do \
+	  bin/triage-bench policies --scenario $$scenario --out bench/results/policies-$$scenario --plot $(ARGS) || exit 1; \
+	done
 
 # The classifier cascade on vs off, on Dolly texts and on ~256-word-piece prompts (190
 # words): seq-miss (1 client) and conc-miss (32 clients), each with the gateway's CPU per

@@ -18,7 +18,8 @@ import (
 //	each later token    = f*DecodePerToken
 //
 // so a request with n output tokens ends f*(n-1)*DecodePerToken after its
-// first token.
+// first token. Server.SetSlowdown multiplies every delay computed after it
+// by a further factor, to degrade a replica at runtime.
 type Config struct {
 	// Name identifies the replica in the x-mockllm-replica header and logs.
 	Name string `yaml:"name"`

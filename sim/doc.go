@@ -28,7 +28,8 @@
 // handler goroutine. Shared state is small and each piece has one lock:
 // the scheduler (slots, queue, reserved KV blocks), the prefix-cache LRU,
 // and the random source (one draw per request, so a seed and an arrival
-// order fix every outcome). Metrics read scheduler state at scrape time.
+// order fix every outcome). The runtime slowdown (SetSlowdown) is one
+// atomic word read at each delay. Metrics read scheduler state at scrape time.
 // A request holds its slot from the start of prefill to its last token;
 // a client that disconnects frees it at once, because every simulated
 // delay waits on the request's context.

@@ -198,7 +198,7 @@ func (s *Server) observeTokenGaps(first time.Time, sent int) {
 }
 
 func (s *Server) prefillDelay(j *job) time.Duration {
-	return scale(s.cfg.PrefillDelay(j.promptTokens, j.cachedTokens), j.speed)
+	return s.delay(s.cfg.PrefillDelay(j.promptTokens, j.cachedTokens), j)
 }
 
 func idKind(kind endpoint) string {
@@ -211,7 +211,7 @@ func idKind(kind endpoint) string {
 // respond waits for the whole answer and writes it as one JSON object. It
 // returns the tokens sent (all or none).
 func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job) (int, error) {
-	if err := s.clock.Sleep(ctx, scale(s.cfg.DecodePerToken*time.Duration(j.outTokens-1), j.speed)); err != nil {
+	if err := s.clock.Sleep(ctx, s.delay(s.cfg.DecodePerToken*time.Duration(j.outTokens-1), j)); err != nil {
 		return 0, err
 	}
 	text := GeneratedText(j.req.prompt, j.outTokens)
@@ -256,14 +256,13 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, cut 
 		s.log.Debug("cutting stream (close_mid_stream_rate)", "replica", s.cfg.Name, "id", j.id, "tokens_sent", sent)
 		panic(http.ErrAbortHandler)
 	}
-	step := scale(s.cfg.DecodePerToken, j.speed)
 	buf := make([]byte, 0, 512)
 	for i := range j.outTokens {
 		if i == cutAt {
 			abort(i)
 		}
 		if i > 0 {
-			if err := s.clock.Sleep(ctx, step); err != nil {
+			if err := s.clock.Sleep(ctx, s.delay(s.cfg.DecodePerToken, j)); err != nil {
 				return i, err
 			}
 		}

@@ -50,6 +50,7 @@ type Server struct {
 	ids           atomic.Uint64
 	prefixQueries atomic.Int64
 	prefixHits    atomic.Int64
+	slowdown      atomic.Uint64 // math.Float64bits of SetSlowdown's factor; 0 means 1
 
 	closed context.Context // done after Close
 	close  context.CancelFunc

@@ -19,7 +19,15 @@ import (
 // each turn carries the whole conversation so far (system, then user and
 // assistant messages in order), so later turns share a growing prefix with
 // earlier ones. A HeavyFraction of sessions are heavy: more turns, each
-// with a long Dolly context attached.
+// with a long Dolly context attached. Each session belongs to one of Users
+// users, drawn uniformly.
+//
+// HeavyUserShare > 0 replaces that mix with one heavy tenant among light
+// ones, the traffic fairness policies are for: the user named [HeavyUser]
+// holds that share of the open sessions (so issues about that share of the
+// requests, since each arrival goes to an open session picked at random),
+// all its sessions are heavy, and every other session is light and belongs
+// to one of the other Users-1 users. HeavyFraction is then not used.
 type Config struct {
 	Seed           uint64        `json:"seed"`
 	Rate           float64       `json:"rate_per_s"`
@@ -38,7 +46,12 @@ type Config struct {
 	AnswerBytes    int           `json:"answer_bytes"`        // cap on an assistant message in the history
 	MinThink       time.Duration `json:"min_think_ns"`
 	Users          int           `json:"users"`
+	HeavyUserShare float64       `json:"heavy_user_share,omitempty"` // 0: no heavy tenant
 }
+
+// HeavyUser is the user of every heavy session when Config.HeavyUserShare
+// is set.
+const HeavyUser = "user-0"
 
 // DefaultConfig is the replica-policy sweep's default scenario.
 func DefaultConfig() Config {
@@ -107,6 +120,11 @@ func (c Config) Validate() error {
 	}
 	if c.Users < 1 {
 		bad("users", "must be >= 1, got %d", c.Users)
+	}
+	if !(c.HeavyUserShare >= 0 && c.HeavyUserShare < 1) {
+		bad("heavy-user-share", "must be in [0, 1), got %v", c.HeavyUserShare)
+	} else if c.HeavyUserShare > 0 && c.Users < 2 {
+		bad("users", "must be >= 2 with a heavy user (one heavy, the rest light), got %d", c.Users)
 	}
 	return errors.Join(errs...)
 }

@@ -5,7 +5,9 @@
 // aware routing matter: several sessions share each of a few long system
 // prompts, every turn resends the whole conversation so far, so later turns
 // extend the prompt of earlier ones, and some sessions are heavy (more turns,
-// each with a long document attached). Arrivals are a Poisson process; see
+// each with a long document attached), or, for fairness studies, one heavy
+// user issues a set share of the requests among many light users
+// (Config.HeavyUserShare). Arrivals are a Poisson process; see
 // [Config] for every knob and [DefaultConfig] for the sweep's values. Texts
 // come from Dolly rows (package dolly); prompts are rendered and counted the
 // way package sim's replicas render and cache them, so [Trace.Stats] can

@@ -118,16 +118,39 @@ func (g *generator) open() *session {
 	c := g.cfg
 	s := &session{id: g.tr.Sessions, prev: -1}
 	g.tr.Sessions++
-	s.heavy = g.rng.Float64() < c.HeavyFraction
+	tenants := c.HeavyUserShare > 0
+	if tenants {
+		s.heavy = g.heavyUserOpen() < c.HeavyUserShare*float64(c.ActiveSessions)
+	} else {
+		s.heavy = g.rng.Float64() < c.HeavyFraction
+	}
 	if s.heavy {
 		g.tr.Heavy++
 		s.turns = c.HeavyTurnsMin + g.rng.IntN(c.HeavyTurnsMax-c.HeavyTurnsMin+1)
 	} else {
 		s.turns = c.LightTurnsMin + g.rng.IntN(c.LightTurnsMax-c.LightTurnsMin+1)
 	}
-	s.user = fmt.Sprintf("user-%d", g.rng.IntN(c.Users))
+	switch {
+	case !tenants:
+		s.user = fmt.Sprintf("user-%d", g.rng.IntN(c.Users))
+	case s.heavy:
+		s.user = HeavyUser
+	default:
+		s.user = fmt.Sprintf("user-%d", 1+g.rng.IntN(c.Users-1))
+	}
 	s.history = []sim.Message{{Role: "system", Content: g.systems[g.rng.IntN(len(g.systems))]}}
 	return s
+}
+
+// heavyUserOpen counts the open sessions of HeavyUser.
+func (g *generator) heavyUserOpen() float64 {
+	n := 0
+	for _, s := range g.active {
+		if s.user == HeavyUser {
+			n++
+		}
+	}
+	return float64(n)
 }
 
 // pick chooses the active session that sends the turn arriving at at: a

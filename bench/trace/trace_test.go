@@ -174,3 +174,45 @@ func TestGenerateNoArrival(t *testing.T) {
 	_, err = Generate(smallTraceConfig(), nil)
 	require.ErrorContains(t, err, "no dolly rows")
 }
+
+// TestGenerateHeavyUser checks the tenant mix: the heavy user issues about
+// the share of requests asked for, only heavy sessions, and the light
+// sessions are spread over all the other users, the same for a seed.
+func TestGenerateHeavyUser(t *testing.T) {
+	for _, share := range []float64{0.5, 0.25} {
+		for _, seed := range []uint64{1, 2, 3} {
+			t.Run(fmt.Sprintf("share %v seed %d", share, seed), func(t *testing.T) {
+				cfg := DefaultConfig()
+				cfg.SystemTokens = 200
+				cfg.Seed = seed
+				cfg.HeavyUserShare = share
+				tr, err := Generate(cfg, testRows())
+				require.NoError(t, err)
+				again, err := Generate(cfg, testRows())
+				require.NoError(t, err)
+				require.Equal(t, tr, again, "same seed, same tenant mix")
+
+				heavy := 0
+				light := map[string]int{}
+				for _, r := range tr.Requests {
+					require.Equal(t, r.User == HeavyUser, r.Heavy, "the heavy user's sessions, and only they, are heavy")
+					if r.Heavy {
+						heavy++
+					} else {
+						light[r.User]++
+					}
+				}
+				got := float64(heavy) / float64(len(tr.Requests))
+				require.InDelta(t, share, got, 0.08, "the heavy user's share of requests")
+				require.Len(t, light, cfg.Users-1, "light sessions use every other user")
+				require.Equal(t, heavy, tr.Stats(64).HeavyRequests)
+			})
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.HeavyUserShare = 0.5
+	cfg.Users = 1
+	require.ErrorContains(t, cfg.Validate(), "trace users: must be >= 2 with a heavy user")
+	cfg.Users, cfg.HeavyUserShare = 8, 1
+	require.ErrorContains(t, cfg.Validate(), "trace heavy-user-share: must be in [0, 1), got 1")
+}

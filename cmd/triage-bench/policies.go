@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,18 @@ type sweepConfig struct {
 	Drain          time.Duration `json:"drain_ns"`
 	Trace          trace.Config  `json:"trace"`
 	SLOTTFT        time.Duration `json:"slo_ttft_ns"`
+	// DegradeFrom and DegradeFor place the degrading scenario's slow
+	// stretch, as shares of the arrival window; DegradeFactor is how much
+	// slower replica 0 is in it.
+	DegradeFrom   float64 `json:"degrade_from"`
+	DegradeFor    float64 `json:"degrade_for"`
+	DegradeFactor float64 `json:"degrade_factor"`
+	// HeavyUserShare is the tenants scenario's heavy user's share of the
+	// sessions (the trace's HeavyUserShare in that scenario only).
+	HeavyUserShare float64 `json:"heavy_user_share"`
+	// Seeds, when set, are the trace seeds the sweep runs once each
+	// (--seeds); empty: one run with the trace's seed.
+	Seeds []uint64 `json:"seeds,omitempty"`
 
 	dolly      string
 	out        string
@@ -83,7 +96,12 @@ func defaultSweepSim() sim.Config {
 // bindFlags defines the sweep's own flags on fs, into c and, for the
 // comma-separated policy list, into policies, whose value is the default.
 func (c *sweepConfig) bindFlags(fs *flag.FlagSet, policies *string) {
-	fs.StringVar(&c.Scenario, "scenario", scenarioHomogeneous, "how the replicas differ: homogeneous (all alike) or heterogeneous (replica 0 twice as slow per prompt and output token, replica 1 with half the --kv-blocks; needs --replicas >= 2)")
+	fs.StringVar(&c.Scenario, "scenario", scenarioHomogeneous, "what differs from the plain sweep: homogeneous (replicas alike), heterogeneous (replica 0 twice as slow per prompt and output token, replica 1 with half the --kv-blocks; needs --replicas >= 2), "+
+		"degrading (replica 0 --degrade-factor times slower for a stretch of the run; needs --replicas >= 2) or tenants (one user issues --heavy-user-share of the requests, all heavy; needs --users >= 2)")
+	fs.Float64Var(&c.DegradeFrom, "degrade-from", 0.25, "degrading scenario: when replica 0 slows down, as a share of --duration from the first arrival")
+	fs.Float64Var(&c.DegradeFor, "degrade-for", 0.5, "degrading scenario: how long replica 0 stays slow, as a share of --duration (default: the middle half of the run)")
+	fs.Float64Var(&c.DegradeFactor, "degrade-factor", 2, "degrading scenario: how many times slower replica 0 is meanwhile (every prefill and token delay multiplied)")
+	fs.Float64Var(&c.HeavyUserShare, "heavy-user-share", 0.5, "tenants scenario: share of the open sessions, and so of the requests, that the one heavy user holds; all its sessions are heavy, the other users' light")
 	fs.DurationVar(&c.SLOTTFT, "slo-ttft", defaultSLOTTFT, "TTFT target for SLO attainment (share of requests sent whose first token came within it); the default is just above one cold 1,500-token system prompt on a default replica (≈ 245 ms), so only queueing or a slowed replica misses it")
 	fs.IntVar(&c.Replicas, "replicas", 4, "simulated replicas (sim servers on 127.0.0.1:0, fresh for every policy)")
 	fs.StringVar(policies, "policies", *policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
@@ -141,6 +159,8 @@ func parsePoliciesFlags(args []string, stderr io.Writer) (*sweepConfig, error) {
 	c.bindFlags(fs, &policies)
 	bindTraceFlags(fs, &c.Trace)
 	c.bindReplicaFlags(fs)
+	var seeds string
+	fs.StringVar(&seeds, "seeds", "", "comma-separated trace seeds: run the whole sweep once per seed (overrides --seed) and add each policy's mean and min–max across them to the report, to tell real differences from seed-to-seed noise")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: triage-bench policies [flags]
 
@@ -152,7 +172,11 @@ latency, SLO attainment (share of requests with TTFT within --slo-ttft),
 prefix-cache hit rate, per-replica load (max/mean) and Jain's fairness
 index. Everything runs in this process on 127.0.0.1. --scenario
 heterogeneous replays the same trace on replicas that differ: replica 0
-twice as slow per token, replica 1 with half the prefix cache.
+twice as slow per token, replica 1 with half the prefix cache. --scenario
+degrading slows replica 0 down for the middle half of the run
+(--degrade-from, --degrade-for, --degrade-factor). --scenario tenants
+makes one user heavy (--heavy-user-share of the requests) among light ones
+and reports TTFT per tenant, what fairness policies (vtc-basic) are for.
 
 Flags:
 `)
@@ -173,6 +197,19 @@ Flags:
 		}
 		c.Policies = append(c.Policies, p)
 	}
+	for _, f := range strings.Split(seeds, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		seed, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("policies: --seeds: %q is not a seed (a non-negative integer)", f)
+		}
+		c.Seeds = append(c.Seeds, seed)
+	}
+	if len(c.Seeds) > 0 {
+		c.Trace.Seed = c.Seeds[0]
+	}
 	if err := c.finish(); err != nil {
 		return nil, err
 	}
@@ -190,11 +227,9 @@ func (c *sweepConfig) finish() error {
 	if c.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("policies: --replicas must be >= 1, got %d", c.Replicas))
 	}
-	switch {
-	case !slices.Contains(scenarios, c.Scenario):
-		errs = append(errs, fmt.Errorf("policies: --scenario must be one of %s, got %q", strings.Join(scenarios, ", "), c.Scenario))
-	case c.Scenario == scenarioHeterogeneous && c.Replicas < 2:
-		errs = append(errs, fmt.Errorf("policies: --scenario heterogeneous needs --replicas >= 2, got %d", c.Replicas))
+	errs = append(errs, c.validateScenario()...)
+	if c.Scenario == scenarioTenants {
+		c.Trace.HeavyUserShare = c.HeavyUserShare
 	}
 	if c.SLOTTFT <= 0 {
 		errs = append(errs, fmt.Errorf("policies: --slo-ttft must be > 0, got %s", c.SLOTTFT))
@@ -265,6 +300,8 @@ type PolicyResult struct {
 	// machine's scheduling noise, which stretches every latency here.
 	TimerLate   stats.Summary `json:"timer_late"`
 	ErrorSample string        `json:"error_sample,omitempty"`
+	// Tenants splits the outcome by tenant (tenants scenario only).
+	Tenants *TenantResults `json:"tenants,omitempty"`
 }
 
 // requestResult is one replayed request.
@@ -312,7 +349,9 @@ func prepare(tr *trace.Trace, model string, maxTokens int) ([]preparedRequest, e
 	return out, nil
 }
 
-// runPolicies is the policies subcommand.
+// runPolicies is the policies subcommand. With --seeds it runs the whole
+// sweep once per trace seed; the report's main table is the first seed's,
+// and an extra table gives each policy's spread across the seeds.
 func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parsePoliciesFlags(args, stderr)
 	if err != nil {
@@ -322,39 +361,65 @@ func runPolicies(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	seeds := c.Seeds
+	if len(seeds) == 0 {
+		seeds = []uint64{c.Trace.Seed}
+	}
+	var rep *PolicyReport
+	for i, seed := range seeds {
+		sc := *c
+		sc.Trace.Seed = seed
+		if len(c.Seeds) > 0 {
+			fmt.Fprintf(stderr, "seed %d:\n", seed)
+		}
+		ts, results, err := runSweep(ctx, &sc, rows, logger, stderr)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			c.Trace.Seed = seed
+			rep = &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), PerReplica: perReplicaJSON(c), Trace: ts, Machine: report.DescribeMachine(), Results: results}
+		}
+		if len(c.Seeds) > 0 {
+			rep.SeedRuns = append(rep.SeedRuns, SeedRun{Seed: seed, Results: results})
+		}
+	}
+	return rep.Write(stdout, stderr)
+}
+
+// runSweep generates c's trace from rows and replays it once per policy.
+func runSweep(ctx context.Context, c *sweepConfig, rows []dolly.Row, logger *slog.Logger, stderr io.Writer) (trace.Stats, []PolicyResult, error) {
 	tr, err := trace.Generate(c.Trace, rows)
 	if errors.Is(err, trace.ErrNoRequests) {
-		return fmt.Errorf("%w; raise --rate or --duration", err)
+		return trace.Stats{}, nil, fmt.Errorf("%w; raise --rate or --duration", err)
 	}
 	if err != nil {
-		return err
+		return trace.Stats{}, nil, err
 	}
 	reqs, err := prepare(tr, c.Sim.Model, c.MaxTokens)
 	if err != nil {
-		return err
+		return trace.Stats{}, nil, err
 	}
 	ts := tr.Stats(c.Sim.BlockChars)
 	fmt.Fprintf(stderr, "trace: %d requests, %d sessions (%d heavy), input tokens mean %.0f p50 %.0f max %.0f, %d distinct %d-byte blocks\n",
 		ts.Requests, ts.Sessions, ts.HeavySessions, ts.InputTokens.Mean, ts.InputTokens.P50, ts.InputTokens.Max, ts.DistinctBlocks, ts.BlockChars)
-
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var results []PolicyResult
 	for _, p := range c.Policies {
 		if err := ctx.Err(); err != nil {
-			return err
+			return ts, nil, err
 		}
 		fmt.Fprintf(stderr, "policy %-16s ... ", p)
 		res, err := runOnePolicy(ctx, c, p, reqs, logger)
 		if err != nil {
 			fmt.Fprintln(stderr, "failed")
-			return fmt.Errorf("policy %s: %w", p, err)
+			return ts, nil, fmt.Errorf("policy %s: %w", p, err)
 		}
 		fmt.Fprintf(stderr, "ttft mean %.0f ms p99 %.0f ms, slo %.1f%%, hit %.1f%%, load max/mean %.2f, %d errors, %d held (%.1fs, timer late p99 %.1f ms)\n",
 			res.TTFT.Mean, res.TTFT.P99, 100*res.SLOAttainment, 100*res.HitRate, res.LoadMaxMean, res.Errors, res.Held, res.Wall, res.TimerLate.P99)
 		results = append(results, res)
 	}
-	rep := &PolicyReport{Command: commandLine("policies", args), Config: c, SimConfig: c.Sim, Replica: newReplicaJSON(c.Sim), PerReplica: perReplicaJSON(c), Trace: ts, Machine: report.DescribeMachine(), Results: results}
-	return rep.Write(stdout, stderr)
+	return ts, results, nil
 }
 
 // runOnePolicy starts fresh replicas and a fresh pool, replays reqs and
@@ -401,6 +466,13 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		waitScraped(gctx, pool, 3*time.Second)
 	}
 
+	if c.Scenario == scenarioDegrading {
+		// Started just before the replay, so its From and Until count from
+		// (within microseconds of) the replay's start, as the trace's
+		// arrival times do.
+		d := c.degradeSchedule()
+		g.Go(func() error { return d.run(gctx, servers[0], sleepCtx) })
+	}
 	stopProbe := report.StartTimerProbe(gctx)
 	start := time.Now()
 	out := replay(gctx, reqs, c.Drain, func(ctx context.Context, r *preparedRequest, held bool) requestResult {
@@ -410,6 +482,9 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	res.TimerLate = stopProbe()
 
 	res.tally(out, servers, index, c.SLOTTFT)
+	if c.Scenario == scenarioTenants {
+		res.Tenants = tallyTenants(out, reqs, c.SLOTTFT)
+	}
 
 	cancel()
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/triage-gw/triage/bench/dolly"
 	"github.com/triage-gw/triage/bench/report"
+	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/upstream/policy"
 )
@@ -108,4 +109,23 @@ func TestParsePoliciesFlags(t *testing.T) {
 		"policies: --drain must be > 0, got 0s",
 		"trace rate: must be a finite number > 0, got 0",
 	}, strings.Split(err.Error(), "\n"), "every problem reported: the sweep's, then the trace's")
+}
+
+func TestSeeds(t *testing.T) {
+	c, err := parsePoliciesFlags([]string{"--seeds", "4, 2,7", "--seed", "9"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{4, 2, 7}, c.Seeds)
+	require.EqualValues(t, 4, c.Trace.Seed, "the first seed is the main table's")
+	_, err = parsePoliciesFlags([]string{"--seeds", "1,x"}, io.Discard)
+	require.EqualError(t, err, `policies: --seeds: "x" is not a seed (a non-negative integer)`)
+
+	run := func(seed uint64, mean, p99, slo float64) SeedRun {
+		return SeedRun{Seed: seed, Results: []PolicyResult{{Policy: "random", TTFT: stats.Summary{Mean: mean, P99: p99}, SLOAttainment: slo}}}
+	}
+	runs := []SeedRun{run(4, 100, 400, 0.9), run(2, 200, 500, 0.7), run(7, 150, 300, 0.8)}
+	rep := &PolicyReport{Config: c, Results: runs[0].Results, SeedRuns: runs}
+	md := rep.seedsTable()
+	require.Contains(t, md, "## Across trace seeds 4, 2, 7")
+	require.Contains(t, md, "| random | 150 (100–200) | 400 (300–500) | 80.0% (70.0–90.0%) |")
+	require.Empty(t, (&PolicyReport{Config: c}).seedsTable(), "no seed table without --seeds")
 }

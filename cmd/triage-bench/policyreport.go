@@ -30,6 +30,8 @@ type PolicyReport struct {
 	Trace      trace.Stats    `json:"trace_stats"`
 	Machine    report.Machine `json:"machine"`
 	Results    []PolicyResult `json:"results"`
+	// SeedRuns are every seed's results with --seeds (the first is Results).
+	SeedRuns []SeedRun `json:"seed_runs,omitempty"`
 }
 
 // replicaJSON is the replicas' configuration as results.json shows it.
@@ -51,9 +53,10 @@ func newReplicaJSON(c sim.Config) replicaJSON {
 }
 
 // perReplicaJSON is every replica's configuration when the scenario makes
-// them differ, nil when they are all c.Sim.
+// them differ, nil when they are all c.Sim (the degrading scenario's
+// replicas start alike; its schedule is in the config's degrade fields).
 func perReplicaJSON(c *sweepConfig) []replicaJSON {
-	if c.Scenario == scenarioHomogeneous {
+	if c.Scenario != scenarioHeterogeneous {
 		return nil
 	}
 	var out []replicaJSON
@@ -122,8 +125,14 @@ func (r *PolicyReport) Markdown() string {
 		t.InputTokens.Mean, t.InputTokens.P50, t.InputTokens.P99, t.InputTokens.Max, t.BlockChars, t.DistinctBlocks, s.KVCacheBlocks)
 
 	base := r.find("least-request")
-	fmt.Fprintf(&b, "| policy | ok / sent | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | TTFT ≤ %s | E2E p50 ms | E2E p99 ms | prefix hit | load max/mean | Jain | requests per replica | mean TTFT vs least-request |\n", c.SLOTTFT)
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	tenants := c.Scenario == scenarioTenants
+	fmt.Fprintf(&b, "| policy | ok / sent | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | TTFT ≤ %s | E2E p50 ms | E2E p99 ms | prefix hit | load max/mean | Jain | requests per replica | mean TTFT vs least-request |", c.SLOTTFT)
+	sep := "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	if tenants {
+		fmt.Fprintf(&b, " light TTFT p50 ms | light TTFT p99 ms | light TTFT ≤ %s | heavy TTFT p50 ms | heavy TTFT p99 ms | heavy TTFT ≤ %s |", c.SLOTTFT, c.SLOTTFT)
+		sep += "---|---|---|---|---|---|"
+	}
+	b.WriteString("\n" + sep + "\n")
 	for _, x := range r.Results {
 		vs := "—"
 		if base != nil && base.TTFT.Mean > 0 && x.Policy != base.Policy {
@@ -133,9 +142,16 @@ func (r *PolicyReport) Markdown() string {
 		for i, n := range x.PerReplica {
 			per[i] = strconv.Itoa(n)
 		}
-		fmt.Fprintf(&b, "| %s | %d / %d | %.0f | %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% | %.2f | %.3f | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d / %d | %.0f | %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% | %.2f | %.3f | %s | %s |",
 			x.Policy, x.OK, x.Requests, x.TTFT.Mean, x.TTFT.P50, x.TTFT.P99, 100*x.SLOAttainment, x.E2E.P50, x.E2E.P99,
 			100*x.HitRate, x.LoadMaxMean, x.Jain, strings.Join(per, " / "), vs)
+		if tenants {
+			b.WriteString(tenantCells(x.Tenants))
+		}
+		b.WriteString("\n")
+	}
+	if tenants {
+		b.WriteString("\nLight = the light users' requests, heavy = the heavy user's (" + trace.HeavyUser + "), each with its own TTFT percentiles and SLO attainment. ")
 	}
 	fmt.Fprintf(&b, "\nTTFT ≤ %s = SLO attainment: requests whose first token came within %s / requests sent (errors count as misses). ", c.SLOTTFT, c.SLOTTFT)
 	b.WriteString("Prefix hit = prompt tokens served from the replicas' prefix caches / prompt tokens looked up (the replicas' own counters). " +
@@ -158,7 +174,17 @@ func (r *PolicyReport) Markdown() string {
 	if base != nil {
 		b.WriteString("\n" + r.targetLine(base) + "\n")
 	}
+	b.WriteString(r.seedsTable())
 	return b.String()
+}
+
+// tenantCells are the tenant columns of one table row.
+func tenantCells(t *TenantResults) string {
+	if t == nil {
+		return " — | — | — | — | — | — |"
+	}
+	return fmt.Sprintf(" %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% |",
+		t.Light.TTFT.P50, t.Light.TTFT.P99, 100*t.Light.SLOAttainment, t.Heavy.TTFT.P50, t.Heavy.TTFT.P99, 100*t.Heavy.SLOAttainment)
 }
 
 func (r *PolicyReport) find(policy string) *PolicyResult {
@@ -225,18 +251,25 @@ func (r *PolicyReport) CSV() []byte {
 	w.Write([]string{"policy", "requests", "ok", "errors", "held",
 		"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "slo_attainment",
 		"e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
-		"prefix_hit_rate", "prefill_tokens", "load_max_over_mean", "jain_index", "per_replica_requests"})
+		"prefix_hit_rate", "prefill_tokens", "load_max_over_mean", "jain_index", "per_replica_requests",
+		"light_ttft_p50_ms", "light_ttft_p99_ms", "light_slo_attainment", "heavy_ttft_p50_ms", "heavy_ttft_p99_ms", "heavy_slo_attainment"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	for _, x := range r.Results {
 		per := make([]string, len(x.PerReplica))
 		for i, n := range x.PerReplica {
 			per[i] = strconv.Itoa(n)
 		}
-		w.Write([]string{x.Policy, strconv.Itoa(x.Requests), strconv.Itoa(x.OK), strconv.Itoa(x.Errors), strconv.Itoa(x.Held),
+		row := []string{x.Policy, strconv.Itoa(x.Requests), strconv.Itoa(x.OK), strconv.Itoa(x.Errors), strconv.Itoa(x.Held),
 			f(x.TTFT.Mean), f(x.TTFT.P50), f(x.TTFT.P90), f(x.TTFT.P99), strconv.FormatFloat(x.SLOAttainment, 'f', 4, 64),
 			f(x.E2E.Mean), f(x.E2E.P50), f(x.E2E.P99),
 			strconv.FormatFloat(x.HitRate, 'f', 4, 64), strconv.FormatInt(x.PrefillTokens, 10),
-			f(x.LoadMaxMean), strconv.FormatFloat(x.Jain, 'f', 4, 64), strings.Join(per, ";")})
+			f(x.LoadMaxMean), strconv.FormatFloat(x.Jain, 'f', 4, 64), strings.Join(per, ";")}
+		tenant := make([]string, 6) // empty outside the tenants scenario
+		if t := x.Tenants; t != nil {
+			tenant = []string{f(t.Light.TTFT.P50), f(t.Light.TTFT.P99), strconv.FormatFloat(t.Light.SLOAttainment, 'f', 4, 64),
+				f(t.Heavy.TTFT.P50), f(t.Heavy.TTFT.P99), strconv.FormatFloat(t.Heavy.SLOAttainment, 'f', 4, 64)}
+		}
+		w.Write(append(row, tenant...))
 	}
 	w.Flush()
 	return buf.Bytes()

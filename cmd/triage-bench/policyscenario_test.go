@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"strings"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/bench/sse"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/bench/trace"
+	"github.com/triage-gw/triage/sim"
 )
 
 func TestReplicaConfigs(t *testing.T) {
@@ -79,11 +82,20 @@ func TestParseScenarioFlags(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--scenario", "mixed"}, []string{`policies: --scenario must be one of homogeneous, heterogeneous, got "mixed"`}},
+		{[]string{"--scenario", "mixed"}, []string{`policies: --scenario must be one of homogeneous, heterogeneous, degrading, tenants, got "mixed"`}},
 		{[]string{"--scenario", "heterogeneous", "--replicas", "1"}, []string{"policies: --scenario heterogeneous needs --replicas >= 2, got 1"}},
 		{[]string{"--slo-ttft", "0s"}, []string{"policies: --slo-ttft must be > 0, got 0s"}},
+		{[]string{"--scenario", "degrading", "--replicas", "1"}, []string{"policies: --scenario degrading needs --replicas >= 2, got 1"}},
+		{[]string{"--scenario", "degrading", "--duration", "0s", "--requests", "10"}, []string{"policies: --scenario degrading needs --duration > 0 (the slow stretch is a share of it), got 0s"}},
+		{[]string{"--scenario", "tenants", "--users", "1"}, []string{"trace users: must be >= 2 with a heavy user (one heavy, the rest light), got 1"}},
+		{[]string{"--degrade-from", "1", "--degrade-factor", "0.5"}, []string{
+			"policies: --degrade-from must be in [0, 1), got 1",
+			"policies: --degrade-factor must be a finite number >= 1, got 0.5",
+		}},
+		{[]string{"--degrade-from", "0.5", "--degrade-for", "0.6"}, []string{"policies: --degrade-for must be in (0, 1 - --degrade-from] = (0, 0.5], got 0.6"}},
+		{[]string{"--heavy-user-share", "1"}, []string{"policies: --heavy-user-share must be in (0, 1), got 1"}},
 		{[]string{"--scenario", "", "--slo-ttft", "-1ms"}, []string{
-			`policies: --scenario must be one of homogeneous, heterogeneous, got ""`,
+			`policies: --scenario must be one of homogeneous, heterogeneous, degrading, tenants, got ""`,
 			"policies: --slo-ttft must be > 0, got -1ms",
 		}},
 	} {
@@ -116,8 +128,21 @@ func TestScenarioReport(t *testing.T) {
 			require.NoError(t, err)
 			require.Contains(t, string(js), `"slo_attainment":0.75`)
 			require.Contains(t, string(js), `"scenario":"`+scenario+`"`)
-			if scenario == scenarioHomogeneous {
-				require.NotContains(t, md, "Scenario heterogeneous")
+			switch scenario {
+			case scenarioHomogeneous:
+				require.NotContains(t, md, "- Scenario ")
+			case scenarioDegrading:
+				require.Contains(t, md, "- Scenario degrading: replica 0 runs 2× slower (every prefill and token delay × 2: prefill 300µs and decode 20ms per token) "+
+					"from 2.00 s to 6.00 s after the replay's start (25%–75% of the 8s arrival window)")
+			case scenarioTenants:
+				require.Contains(t, md, "- Scenario tenants: one heavy user (user-0) holds 50% of the open sessions")
+				require.Contains(t, md, "| light TTFT p50 ms | light TTFT p99 ms | light TTFT ≤ 250ms | heavy TTFT p50 ms | heavy TTFT p99 ms | heavy TTFT ≤ 250ms |")
+				require.Contains(t, md, "| — | — | — | — | — | — |", "a result without a tenant split")
+			}
+			if scenario != scenarioTenants {
+				require.NotContains(t, md, "light TTFT")
+			}
+			if scenario != scenarioHeterogeneous {
 				require.Nil(t, rep.PerReplica)
 				return
 			}
@@ -128,4 +153,82 @@ func TestScenarioReport(t *testing.T) {
 			require.Equal(t, 750, rep.PerReplica[1].KVCacheBlocks)
 		})
 	}
+}
+
+// slowdownRecorder is a fake sleep for degradeSchedule.run: it records how
+// long each wait was and how slow the replica was while waiting.
+type slowdownRecorder struct {
+	srv    *sim.Server
+	waits  []time.Duration
+	during []float64
+	failAt int // the call (from 1) that returns an error as if ctx ended; 0: none
+}
+
+func (r *slowdownRecorder) sleep(_ context.Context, d time.Duration) error {
+	r.waits = append(r.waits, d)
+	r.during = append(r.during, r.srv.Slowdown())
+	if len(r.waits) == r.failAt {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestDegradeSchedule checks where the slow stretch falls in the run and
+// that a real replica is slowed inside it and at full speed outside it
+// (that SetSlowdown doubles the replica's delays is sim's own test).
+func TestDegradeSchedule(t *testing.T) {
+	c, err := parsePoliciesFlags([]string{"--scenario", "degrading"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, degradeSchedule{From: 2 * time.Second, Until: 6 * time.Second, Factor: 2}, c.degradeSchedule(), "the middle half of 8 s")
+	for _, sc := range replicaConfigs(c) {
+		sc.Name, sc.Seed = c.Sim.Name, c.Sim.Seed
+		require.Equal(t, c.Sim, sc, "the replicas start alike; only the schedule slows one")
+	}
+
+	c, err = parsePoliciesFlags([]string{"--scenario", "degrading", "--duration", "20s", "--degrade-from", "0.1", "--degrade-for", "0.3", "--degrade-factor", "3"}, io.Discard)
+	require.NoError(t, err)
+	d := c.degradeSchedule()
+	require.Equal(t, degradeSchedule{From: 2 * time.Second, Until: 8 * time.Second, Factor: 3}, d)
+
+	srv, err := sim.New(c.Sim, sim.Options{})
+	require.NoError(t, err)
+	rec := &slowdownRecorder{srv: srv}
+	require.NoError(t, d.run(context.Background(), srv, rec.sleep))
+	require.Equal(t, []time.Duration{2 * time.Second, 6 * time.Second}, rec.waits)
+	require.Equal(t, []float64{1, 3}, rec.during, "full speed before the stretch, slowed inside it")
+	require.Equal(t, 1.0, srv.Slowdown(), "full speed again after it")
+
+	rec = &slowdownRecorder{srv: srv, failAt: 2}
+	require.NoError(t, d.run(context.Background(), srv, rec.sleep), "a replay cut short is no error")
+	require.Len(t, rec.waits, 2)
+	require.Equal(t, 3.0, srv.Slowdown(), "nothing runs after the context ended")
+}
+
+func TestTenantsScenario(t *testing.T) {
+	c, err := parsePoliciesFlags(nil, io.Discard)
+	require.NoError(t, err)
+	require.Zero(t, c.Trace.HeavyUserShare, "only the tenants scenario has a heavy user")
+
+	c, err = parsePoliciesFlags([]string{"--scenario", "tenants", "--heavy-user-share", "0.4"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 0.4, c.Trace.HeavyUserShare)
+
+	ms := time.Millisecond
+	reqs := []preparedRequest{
+		{tr: &trace.Request{User: trace.HeavyUser}}, {tr: &trace.Request{User: trace.HeavyUser}},
+		{tr: &trace.Request{User: "user-1"}}, {tr: &trace.Request{User: "user-2"}}, {tr: &trace.Request{User: "user-3"}},
+	}
+	out := []requestResult{
+		{ok: true, timing: sse.Timing{TTFT: 400 * ms}}, {err: "status 500"},
+		{ok: true, timing: sse.Timing{TTFT: 100 * ms}}, {ok: true, timing: sse.Timing{TTFT: 200 * ms}}, {ok: true, timing: sse.Timing{TTFT: 300 * ms}},
+	}
+	got := tallyTenants(out, reqs, 250*ms)
+	require.Equal(t, 2, got.Heavy.Requests)
+	require.Equal(t, 1, got.Heavy.OK)
+	require.Equal(t, 400.0, got.Heavy.TTFT.P99)
+	require.Zero(t, got.Heavy.SLOAttainment, "over the target, and the error is a miss")
+	require.Equal(t, 3, got.Light.Requests)
+	require.Equal(t, 3, got.Light.OK)
+	require.Equal(t, 200.0, got.Light.TTFT.P50)
+	require.InDelta(t, 2.0/3, got.Light.SLOAttainment, 1e-12)
 }
