@@ -28,6 +28,10 @@ func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 		return err
 	}
 	session := routingKey(strings.Clone(c.Get(HeaderSession)))
+	target, err := sloTarget(c)
+	if err != nil {
+		return err
+	}
 	dl := s.newDeadline()
 	defer dl.end()
 	r, err := s.route(dl.ctx, rq, in.input)
@@ -36,7 +40,7 @@ func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 	}
 	defer r.Release() // the execution below has ended by then: the slot is held exactly that long
 	setRouteHeaders(c, rq, &r)
-	replica, err := s.execute(dl.ctx, r.Pool, in, session)
+	replica, err := s.execute(dl.ctx, r.Pool, in, policy.Request{Session: session, TTFTTarget: target})
 	if replica != "" {
 		c.Set(HeaderReplica, replica)
 	}
@@ -62,7 +66,8 @@ type executeMessage struct {
 // execute runs the text on pool and reads the answer to its end. It returns the replica that
 // answered (when one did). A non-2xx answer is an error: the endpoint's body is fixed, so
 // the status cannot pass through.
-func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput, session string) (string, error) {
+// routing carries the request's session and TTFT target; execute fills in the prompt.
+func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput, routing policy.Request) (string, error) {
 	content := in.instruction
 	if strings.TrimSpace(in.context) != "" {
 		content += "\n\n" + in.context
@@ -75,12 +80,13 @@ func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput,
 		return "", fmt.Errorf("encode execution request: %w", err)
 	}
 	prompt := "user: " + content + "\n"
+	routing.Prompt, routing.InputTokens = prompt, len(prompt)/4
 	resp, err := pool.Do(ctx, &upstream.ForwardRequest{
 		Method:   http.MethodPost,
 		Path:     "/v1/chat/completions",
 		Body:     body,
 		SetModel: true,
-		Routing:  policy.Request{Prompt: prompt, InputTokens: len(prompt) / 4, Session: session},
+		Routing:  routing,
 	})
 	if err != nil {
 		return failedReplica(err), err

@@ -81,6 +81,10 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	if err != nil {
 		return err
 	}
+	target, err := sloTarget(c)
+	if err != nil {
+		return err
+	}
 
 	dl := s.newDeadline()
 	handedOff := false
@@ -117,7 +121,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		Header:   header,
 		Body:     body,
 		SetModel: true,
-		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session},
+		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session, TTFTTarget: target},
 	})
 	if err != nil {
 		if id := failedReplica(err); id != "" {

@@ -30,6 +30,7 @@ type responseBody struct {
 	fail     outcome
 	err      error
 	closed   bool
+	firstTok bool // the first token event was seen (and reported to a TTFTObserver)
 	tokens   tokenCounter
 	override int // from SetOutputTokens; -1 when unset
 }
@@ -63,6 +64,10 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	if n > 0 {
 		b.tokens.feed(p[:n])
+		if !b.firstTok && b.tokens.events > 0 {
+			b.firstTok = true
+			b.observeTTFT()
+		}
 	}
 	switch {
 	case err == nil:
@@ -78,6 +83,16 @@ func (b *responseBody) Read(p []byte) (int, error) {
 		err = b.err
 	}
 	return n, err
+}
+
+// observeTTFT reports the time to the first token event of a streamed 2xx
+// answer to the picker, when it learns from it. Called with mu held, once:
+// the observer takes its own short lock and never calls back.
+func (b *responseBody) observeTTFT() {
+	a := b.a
+	if o := a.p.ttfts; o != nil && b.status >= 200 && b.status < 300 {
+		o.ObserveTTFT(a.req, a.r.id, a.load, time.Since(a.start))
+	}
 }
 
 // classify names why a read failed; called with mu held.

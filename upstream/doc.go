@@ -66,6 +66,9 @@
 // request's accounting: the replica's in-flight count, the outcome metric
 // and the picker's Done (for pickers implementing policy.Finisher), and
 // cancels the upstream request if it was not read to its end. Cancelling the ctx given
-// to Do cancels the upstream request at any point. For a graceful shutdown,
+// to Do cancels the upstream request at any point. A picker implementing
+// policy.TTFTObserver is told, from the Body's first Read that brings a
+// streamed 2xx answer's first data event, how long that took and the
+// in-flight count its pick saw. For a graceful shutdown,
 // stop sending requests and wait for InFlight to reach zero.
 package upstream

@@ -174,22 +174,22 @@ func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
 		}
 	}
 
-	r, err := p.acquire(req, "")
+	r, load, err := p.acquire(req, "")
 	if err != nil {
 		return nil, err
 	}
-	first := p.send(ctx, fr, doc, r)
+	first := p.send(ctx, fr, doc, r, load)
 	if !first.retryable() || ctx.Err() != nil {
 		return first.result(false)
 	}
-	next, err := p.acquire(req, r.id)
+	next, nextLoad, err := p.acquire(req, r.id)
 	if err != nil {
 		return first.result(false) // nowhere else to go: the first answer stands
 	}
 	p.log.Warn("retrying on another replica", "replica", r.id, "next_replica", next.id, "err", first.reason())
 	first.discard()
 	p.retries.Inc()
-	return p.send(ctx, fr, doc, next).result(true)
+	return p.send(ctx, fr, doc, next, nextLoad).result(true)
 }
 
 // attempt is one try of a request on one replica, from acquire to either
@@ -201,6 +201,8 @@ type attempt struct {
 	parent context.Context // the caller's
 	actx   context.Context // the upstream request's, derived from parent
 	cancel context.CancelCauseFunc
+	load   int       // the replica's in-flight count when it was picked
+	start  time.Time // when the request was sent: TTFB and TTFT run from here
 
 	resp *http.Response // set when headers arrived
 	ttfb time.Duration
@@ -210,9 +212,10 @@ type attempt struct {
 	retry bool
 }
 
-// send makes one attempt on r, which acquire has already charged.
-func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *replica) *attempt {
-	a := &attempt{p: p, r: r, req: &fr.Routing, parent: ctx}
+// send makes one attempt on r, which acquire has already charged; load is
+// r's in-flight count as the picker saw it.
+func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *replica, load int) *attempt {
+	a := &attempt{p: p, r: r, req: &fr.Routing, parent: ctx, load: load}
 	a.actx, a.cancel = context.WithCancelCause(ctx)
 
 	body := fr.Body
@@ -236,11 +239,11 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 	}
 
 	firstByte := p.cfg.Timeouts.FirstByte.Std()
-	start := time.Now()
+	a.start = time.Now()
 	timer := time.AfterFunc(firstByte, func() { a.cancel(errFirstByteTimeout) })
 	resp, err := p.transport.RoundTrip(hreq)
 	fired := !timer.Stop()
-	a.ttfb = time.Since(start)
+	a.ttfb = time.Since(a.start)
 	if err == nil && fired {
 		// Headers and the timer arrived together; the context is already
 		// cancelled, so the body is unusable.

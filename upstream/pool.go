@@ -70,10 +70,11 @@ type Pool struct {
 	replicas  []*replica
 	byID      map[string]*replica
 	picker    policy.Picker
-	finisher  policy.Finisher // picker as a policy.Finisher, or nil
-	sharer    policy.Sharer   // picker as a policy.Sharer, or nil
-	picks     PickPublisher   // nil in local mode
-	remote    RemoteLoad      // nil in local mode
+	finisher  policy.Finisher     // picker as a policy.Finisher, or nil
+	ttfts     policy.TTFTObserver // picker as a policy.TTFTObserver, or nil
+	sharer    policy.Sharer       // picker as a policy.Sharer, or nil
+	picks     PickPublisher       // nil in local mode
+	remote    RemoteLoad          // nil in local mode
 	admitter  Admitter
 	transport http.RoundTripper
 	owned     *http.Transport // closed by Run on exit; nil if injected
@@ -146,6 +147,7 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		p.baselineCost = m.baselineCost.WithLabelValues(cfg.Name)
 	}
 	p.finisher, _ = picker.(policy.Finisher)
+	p.ttfts, _ = picker.(policy.TTFTObserver)
 	p.sharer, _ = picker.(policy.Sharer)
 	if p.log == nil {
 		p.log = slog.Default()
@@ -345,7 +347,8 @@ func (p *Pool) observe(r *replica, ok bool) {
 
 // acquire picks a replica for req among those available now (excluding the
 // one named exclude, for retries) and counts the request in flight on it.
-func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
+// inFlight is the chosen replica's load as the picker saw it.
+func (p *Pool) acquire(req *policy.Request, exclude string) (r *replica, inFlight int, err error) {
 	now := p.now()
 	stale := p.staleAfter()
 	limit := p.cfg.MaxInFlightPerReplica
@@ -376,13 +379,13 @@ func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
 	for len(cands) > 0 {
 		i := p.picker.Pick(req, cands)
 		if i < 0 || i >= len(cands) {
-			return nil, fmt.Errorf("pool %s: picker returned index %d for %d candidates", p.cfg.Name, i, len(cands))
+			return nil, 0, fmt.Errorf("pool %s: picker returned index %d for %d candidates", p.cfg.Name, i, len(cands))
 		}
 		r := reps[i]
 		if r.tryAcquire(limit) {
 			r.metrics.inflight.Inc()
 			p.publishPick(req, r)
-			return r, nil
+			return r, cands[i].InFlight, nil
 		}
 		// Another request took the replica's last slot between the snapshot
 		// and now. Let the picker forget this pick and choose again.
@@ -394,10 +397,10 @@ func (p *Pool) acquire(req *policy.Request, exclude string) (*replica, error) {
 		full++
 	}
 	if full > 0 {
-		return nil, fmt.Errorf("pool %s: %d replica(s) at max_in_flight_per_replica (%d): %w",
+		return nil, 0, fmt.Errorf("pool %s: %d replica(s) at max_in_flight_per_replica (%d): %w",
 			p.cfg.Name, full, limit, ErrNoHealthyReplica)
 	}
-	return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, ErrNoHealthyReplica)
+	return nil, 0, fmt.Errorf("pool %s: %w", p.cfg.Name, ErrNoHealthyReplica)
 }
 
 // report is what an attempt's answer said about the tokens it cost.

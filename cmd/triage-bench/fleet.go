@@ -139,7 +139,7 @@ func parseFleetFlags(args []string, stderr io.Writer) (*fleetConfig, error) {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
-		if _, err := policyConfig(p, 0); err != nil {
+		if _, err := policyConfig(p, 0, 0); err != nil {
 			errs = append(errs, err)
 		}
 		c.Policies = append(c.Policies, p)

@@ -35,6 +35,7 @@ var sweepPolicies = []string{
 	"round-robin", "random", "least-request", "prefix-cache", "prefix-cache-preble",
 	"lmetric", "lmetric-sticky", "lmetric-unified", "weighted", "vtc-basic",
 	"least-kv-cache", "least-utilization", "least-busy-time", "throughput", "least-latency",
+	"slo-least-load", "slo-pack-load",
 }
 
 // cacheAware are the policies that look at prompt prefixes.
@@ -192,7 +193,7 @@ Flags:
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
-		if _, err := policyConfig(p, 0); err != nil {
+		if _, err := policyConfig(p, 0, 0); err != nil {
 			return nil, err
 		}
 		c.Policies = append(c.Policies, p)
@@ -255,13 +256,22 @@ var lmetricVariants = map[string]string{"lmetric-sticky": policy.LMetricSticky, 
 
 // policyConfig maps a sweep policy name to the pool's policy config. The
 // policies keep their defaults: the sweep compares them, it does not tune
-// them. Only the random policy's seed is fixed, for reproducibility.
-func policyConfig(name string, seed uint64) (policy.Config, error) {
+// them. Only the random policy's seed is fixed, for reproducibility, and
+// the SLO policies' per-pool TTFT target is sloTTFT (the sweep's
+// --slo-ttft; 0 leaves them routing by least-request), since the replayed
+// requests carry no x-slo-ttft-ms header and the target is what the
+// sweep's SLO attainment is measured against.
+func policyConfig(name string, seed uint64, sloTTFT time.Duration) (policy.Config, error) {
 	pc := policy.DefaultConfig()
 	pc.Name = name
 	random := policy.SectionOf[policy.RandomConfig](pc, "random")
 	random.Seed = seed + 1
 	err := pc.SetSection("random", random)
+	if err == nil {
+		slo := policy.SectionOf[policy.SLOConfig](pc, "slo")
+		slo.TTFTTarget = sloTTFT
+		err = pc.SetSection("slo", slo)
+	}
 	if variant, ok := lmetricVariants[name]; ok && err == nil {
 		lm := policy.SectionOf[policy.LMetricConfig](pc, "lmetric")
 		pc.Name, lm.Variant = "lmetric", variant
@@ -452,7 +462,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		index[id] = i
 		pcfg.Replicas = append(pcfg.Replicas, upstream.ReplicaConfig{URL: "http://" + ln.Addr().String(), ID: id})
 	}
-	pc, err := policyConfig(policy, c.Trace.Seed)
+	pc, err := policyConfig(policy, c.Trace.Seed, c.SLOTTFT)
 	if err != nil {
 		return res, err
 	}

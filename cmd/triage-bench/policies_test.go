@@ -20,14 +20,14 @@ import (
 
 func TestPolicyConfigNames(t *testing.T) {
 	for _, p := range sweepPolicies {
-		pc, err := policyConfig(p, 1)
+		pc, err := policyConfig(p, 1, 250*time.Millisecond)
 		require.NoError(t, err, p)
 		if strings.HasPrefix(p, "lmetric-") {
 			require.Equal(t, "lmetric", pc.Name)
 			require.Equal(t, strings.TrimPrefix(p, "lmetric-"), policy.SectionOf[policy.LMetricConfig](pc, "lmetric").Variant)
 		}
 	}
-	_, err := policyConfig("nope", 1)
+	_, err := policyConfig("nope", 1, 0)
 	require.Error(t, err)
 }
 

@@ -129,7 +129,7 @@ weighted:
 
 func TestConfigSections(t *testing.T) {
 	var zero Config
-	require.Equal(t, []string{"least_busy_time", "least_latency", "least_utilization", "lmetric", "preble", "prefix_cache", "random", "throughput", "vtc", "weighted"}, zero.SectionKeys())
+	require.Equal(t, []string{"least_busy_time", "least_latency", "least_utilization", "lmetric", "preble", "prefix_cache", "random", "slo", "throughput", "vtc", "weighted"}, zero.SectionKeys())
 	for _, key := range zero.SectionKeys() {
 		require.Equal(t, DefaultConfig().Section(key), zero.Section(key), "a zero Config reads %s as its defaults", key)
 	}
@@ -138,7 +138,7 @@ func TestConfigSections(t *testing.T) {
 	require.Panics(t, func() { SectionOf[LMetricConfig](zero, "nope") })
 
 	cfg := DefaultConfig()
-	require.ErrorContains(t, cfg.SetSection("nope", RandomConfig{}), `policy: no section "nope" (want one of least_busy_time, least_latency, least_utilization, lmetric, preble, prefix_cache, random, throughput, vtc, weighted)`)
+	require.ErrorContains(t, cfg.SetSection("nope", RandomConfig{}), `policy: no section "nope" (want one of least_busy_time, least_latency, least_utilization, lmetric, preble, prefix_cache, random, slo, throughput, vtc, weighted)`)
 	require.EqualError(t, cfg.SetSection("random", LMetricConfig{}), `policy: section "random" takes a policy.RandomConfig, got policy.LMetricConfig`)
 	require.EqualError(t, cfg.SetSection("random", &RandomConfig{}), `policy: section "random" takes a policy.RandomConfig, got *policy.RandomConfig`)
 	require.Equal(t, DefaultConfig(), cfg, "a refused SetSection changes nothing")

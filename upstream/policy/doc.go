@@ -7,14 +7,18 @@
 // session) and one [Candidate] per replica (router-local in-flight count,
 // scraped queue depth and KV-cache use) and returns the index of the replica
 // to send the request to. Pickers that learn from finished requests also
-// implement [Finisher]. Twelve policies are provided: least-request,
+// implement [Finisher]. Fourteen policies are provided: least-request,
 // round-robin and random (baselines); prefix-cache and vtc-basic, and the
 // signal policies least-kv-cache (alias least-gpu-cache), least-utilization,
 // least-busy-time, throughput and least-latency (from AIBrix's routing
 // algorithms); weighted (the scorer mix of the BLIS cluster simulator and
 // llm-d's endpoint picker) and lmetric (from the agentic KV-cache policy
-// study, its B3 policies). [New] builds the one a [Config] names; [Names]
-// lists them.
+// study, its B3 policies); and AIBrix's SLO family, slo-least-load (also
+// named slo) and slo-pack-load, which pick among the replicas predicted to
+// meet the request's TTFT target (Request.TTFTTarget) from a TTFT-against-load
+// line the policy fits to the gateway's own measurements, reported by the
+// pool through [TTFTObserver]. [New] builds the one a [Config] names;
+// [Names] lists them.
 //
 // The signal policies rank replicas by one reading each, lowest first, and
 // share one rule (pickLowest): ties go to the fewest in-flight requests,
@@ -29,9 +33,10 @@
 // and a build function. A [Config] holds the name, the tracing settings and
 // one section per registered policy under its key (prefix_cache, lmetric,
 // weighted, vtc, random, least_utilization, least_busy_time, throughput,
-// least_latency, preble); every section is validated whichever policy is
-// selected, and [Config.UnmarshalYAML] decodes each into its own type,
-// refusing unknown keys at any depth.
+// least_latency, preble, and slo, which the SLO family's names share);
+// every section is validated whichever policy is selected, and
+// [Config.UnmarshalYAML] decodes each into its own type, refusing unknown
+// keys at any depth.
 //
 // The prefix-aware policies (prefix-cache, prefix-cache-preble, lmetric,
 // weighted) keep a

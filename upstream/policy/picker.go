@@ -1,5 +1,7 @@
 package policy
 
+import "time"
+
 // Request is what a replica policy knows about one request. The caller of
 // the pool builds it once per request (upstream.ForwardRequest.Routing); a
 // policy never mutates it.
@@ -16,6 +18,10 @@ type Request struct {
 	// Session identifies a conversation for affinity (lmetric sticky/unified);
 	// may be empty.
 	Session string
+	// TTFTTarget is the time to first token the caller asked for (the
+	// x-slo-ttft-ms request header); 0 means none, and the SLO policies
+	// then use their pool's default target. Other policies ignore it.
+	TTFTTarget time.Duration
 }
 
 // Candidate is a policy's snapshot of one healthy replica at decision time.
@@ -79,6 +85,17 @@ type Picker interface {
 // Done is called once per picked request, after its response ended.
 type Finisher interface {
 	Done(req *Request, replicaID string, outputTokens int)
+}
+
+// TTFTObserver is implemented by pickers that learn each replica's time to
+// first token against its load (the SLO family). The pool calls
+// ObserveTTFT at most once per picked request: when the first token event
+// of a streamed 2xx answer arrives. ttft runs from sending the request to
+// that event; inFlight is the replica's Candidate.InFlight when it was
+// picked (the load the request met, not counting itself). Non-streamed
+// answers are not observed: their first token is not visible.
+type TTFTObserver interface {
+	ObserveTTFT(req *Request, replicaID string, inFlight int, ttft time.Duration)
 }
 
 // growFloats returns buf resized to n, reallocating only when too small: the

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -74,8 +75,9 @@ var (
 // key is the YAML key of the policy's own section under the policy config
 // ("prefix_cache"), decoded into a C starting from defaults(); build gets
 // the configured C. A policy without settings passes key "" and defaults
-// nil, and takes noSettings. Two policies cannot share a section: each
-// section is validated once, under its own key.
+// nil, and takes noSettings. Policies may share a section only when they
+// take the same config type (the SLO family's variants share "slo"): each
+// section is decoded and validated once, under its own key.
 //
 // register panics on an empty or repeated name or key: a mistake in this
 // package's init functions that no test run can miss.
@@ -87,7 +89,7 @@ func register[C Section](name, key string, defaults func() C, build func(C, Env)
 		panic(fmt.Sprintf("policy: %q registered twice", name))
 	case key == "name" || key == "trace":
 		panic(fmt.Sprintf("policy: %q: section key %q is taken by Config", name, key))
-	case key != "" && byKey[key] != nil:
+	case key != "" && byKey[key] != nil && reflect.TypeOf(byKey[key].defaults()) != reflect.TypeFor[C]():
 		panic(fmt.Sprintf("policy: section %q of %q already belongs to %q", key, name, byKey[key].name))
 	case (key == "") != (defaults == nil):
 		panic(fmt.Sprintf("policy: %q: a section key needs defaults and defaults need a section key", name))
@@ -98,7 +100,9 @@ func register[C Section](name, key string, defaults func() C, build func(C, Env)
 	}}
 	if key != "" {
 		s.defaults = func() Section { return defaults() }
-		byKey[key] = s
+		if byKey[key] == nil {
+			byKey[key] = s
+		}
 	}
 	byName[name] = s
 }

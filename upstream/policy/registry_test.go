@@ -28,6 +28,9 @@ func TestNew(t *testing.T) {
 		"least-latency":     (*LeastLatency)(nil),
 
 		"prefix-cache-preble": (*Preble)(nil),
+		"slo":                 (*SLO)(nil),
+		"slo-least-load":      (*SLO)(nil),
+		"slo-pack-load":       (*SLO)(nil),
 	}
 	require.ElementsMatch(t, Names(), func() []string {
 		var names []string
@@ -61,7 +64,7 @@ func TestNew(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Name = "least-loaded"
 		_, err := New(cfg, Env{})
-		require.ErrorContains(t, err, `policy.name: unknown policy "least-loaded" (want one of least-busy-time, least-gpu-cache, least-kv-cache, least-latency, least-request, least-utilization, lmetric, prefix-cache, prefix-cache-preble, random, round-robin, throughput, vtc-basic, weighted)`)
+		require.ErrorContains(t, err, `policy.name: unknown policy "least-loaded" (want one of least-busy-time, least-gpu-cache, least-kv-cache, least-latency, least-request, least-utilization, lmetric, prefix-cache, prefix-cache-preble, random, round-robin, slo, slo-least-load, slo-pack-load, throughput, vtc-basic, weighted)`)
 	})
 }
 
@@ -73,8 +76,8 @@ func TestRegisterRefusesMistakes(t *testing.T) {
 		register("other", "trace", DefaultLMetricConfig, func(LMetricConfig, Env) (Picker, error) { return nil, nil })
 	}, "name and trace are Config's own keys")
 	require.Panics(t, func() {
-		register("other", "lmetric", DefaultLMetricConfig, func(LMetricConfig, Env) (Picker, error) { return nil, nil })
-	}, "a section belongs to one policy")
+		register("other", "lmetric", DefaultLeastBusyTimeConfig, func(LeastBusyTimeConfig, Env) (Picker, error) { return nil, nil })
+	}, "a section belongs to the policies of one config type")
 	require.Panics(t, func() {
 		register("other", "other", nil, func(LMetricConfig, Env) (Picker, error) { return nil, nil })
 	}, "a section needs defaults")
@@ -118,10 +121,12 @@ func TestPickConcurrent(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Name = name
 			update(&cfg, "lmetric", func(s *LMetricConfig) { s.Variant = LMetricUnified })
+			update(&cfg, "slo", func(s *SLOConfig) { s.TTFTTarget, s.MinSamples = 4*time.Millisecond, 1 })
 			cfg.Trace.Enabled = true
 			p, err := New(cfg, Env{})
 			require.NoError(t, err)
 			fin, _ := p.(Finisher)
+			obs, _ := p.(TTFTObserver)
 
 			var wg sync.WaitGroup
 			errs := make(chan error, 8)
@@ -139,6 +144,9 @@ func TestPickConcurrent(t *testing.T) {
 						if k < 0 || k >= len(cs) {
 							errs <- fmt.Errorf("pick %d out of range for %d candidates", k, len(cs))
 							return
+						}
+						if obs != nil {
+							obs.ObserveTTFT(req, cs[k].ID, cs[k].InFlight, time.Duration(i%9)*time.Millisecond)
 						}
 						if fin != nil {
 							fin.Done(req, cs[k].ID, 10)

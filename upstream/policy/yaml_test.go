@@ -139,7 +139,7 @@ func TestConfigYAMLRoundTrip(t *testing.T) {
 	for i := 0; i < len(n.Content[0].Content); i += 2 {
 		keys = append(keys, n.Content[0].Content[i].Value)
 	}
-	require.Equal(t, []string{"name", "least_busy_time", "least_latency", "least_utilization", "lmetric", "preble", "prefix_cache", "random", "throughput", "vtc", "weighted", "trace"}, keys,
+	require.Equal(t, []string{"name", "least_busy_time", "least_latency", "least_utilization", "lmetric", "preble", "prefix_cache", "random", "slo", "throughput", "vtc", "weighted", "trace"}, keys,
 		"name, the sections in key order, trace")
 	require.Contains(t, string(out), "window: 1m30s")
 
@@ -153,7 +153,7 @@ func TestConfigJSON(t *testing.T) {
 	require.NoError(t, err)
 	var m map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(b, &m))
-	require.ElementsMatch(t, []string{"name", "least_busy_time", "least_latency", "least_utilization", "lmetric", "preble", "prefix_cache", "random", "throughput", "vtc", "weighted", "trace"}, slices.Collect(maps.Keys(m)))
+	require.ElementsMatch(t, []string{"name", "least_busy_time", "least_latency", "least_utilization", "lmetric", "preble", "prefix_cache", "random", "slo", "throughput", "vtc", "weighted", "trace"}, slices.Collect(maps.Keys(m)))
 	require.JSONEq(t, `{"block_chars":128,"index_blocks":200000,"imbalance_count":16,"load_factor":2}`, string(m["prefix_cache"]))
 }
 
