@@ -12,6 +12,12 @@ const (
 	PolicyGreyZone  = "grey-zone"
 )
 
+// Units accepted in Config.ShareUnit: what the slow-share budget counts.
+const (
+	ShareUnitRequests = "requests"
+	ShareUnitTokens   = "tokens"
+)
+
 // Config selects and tunes the fast-or-slow policy. Every field is validated, including those of
 // the policy not selected, so a typo never waits for the day someone switches policies.
 type Config struct {
@@ -34,12 +40,15 @@ type Config struct {
 	// LowQueue: in the grey zone, a batcher queue shorter than this goes slow; 0 <= LowQueue <=
 	// HighQueue. Default 3.
 	LowQueue int `yaml:"low_queue"`
-	// MaxSlowShare caps the share of routed requests that go slow over ShareWindow, in
-	// [0, 1); 0 (the default) sets no cap. See ShareBudget.
+	// MaxSlowShare caps the share of routed requests (or of their tokens, see ShareUnit)
+	// that go slow over ShareWindow, in [0, 1); 0 (the default) sets no cap. See ShareBudget.
 	MaxSlowShare float64 `yaml:"max_slow_share"`
 	// ShareWindow is the sliding window the slow share is kept within, in [10s, 24h].
 	// Default 5m.
 	ShareWindow time.Duration `yaml:"share_window"`
+	// ShareUnit is what the share counts: "requests" (default), each routed request once, or
+	// "tokens", each weighted by its prompt and completion tokens. See ShareBudget.
+	ShareUnit string `yaml:"share_unit"`
 }
 
 // DefaultConfig returns the original design's values: quadratic policy, base 0.5, alpha 0.45, 50 slow
@@ -55,6 +64,7 @@ func DefaultConfig() Config {
 		HighQueue:          10,
 		LowQueue:           3,
 		ShareWindow:        5 * time.Minute,
+		ShareUnit:          ShareUnitRequests,
 	}
 }
 
@@ -103,6 +113,9 @@ func (c Config) ValidateAt(path string) error {
 	}
 	if c.ShareWindow < 10*time.Second || c.ShareWindow > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("%s.share_window: must be in [10s, 24h], got %s", path, c.ShareWindow))
+	}
+	if c.ShareUnit != ShareUnitRequests && c.ShareUnit != ShareUnitTokens {
+		errs = append(errs, fmt.Errorf("%s.share_unit: must be %q or %q, got %q", path, ShareUnitRequests, ShareUnitTokens, c.ShareUnit))
 	}
 	return errors.Join(errs...)
 }

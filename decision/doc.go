@@ -36,7 +36,9 @@
 // floor: the stricter rule wins, and the [Decision] reports both parts (LoadThreshold,
 // BudgetThreshold) beside their maximum (Threshold). The floor follows the scores, not the
 // decisions, so it does not oscillate; after a change in the traffic mix the share reaches
-// the cap within one window (BenchmarkShareBudgetStep).
+// the cap within one window (BenchmarkShareBudgetStep). With decision.share_unit tokens the
+// share and the quantile are weighted by each request's tokens, observed when the request
+// completes; a request whose tokens never arrive weighs the window's mean.
 //
 // # Reasons
 //

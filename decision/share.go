@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// ShareBudget caps the share of routed requests that go slow over a sliding window.
+// ShareBudget caps the share of routed requests, or of their tokens, that go slow over a
+// sliding window.
 //
 // It keeps a histogram of the P(slow) of the requests routed in the window and turns the cap
 // into a threshold floor: the P(slow) that only MaxSlowShare of those requests exceed (the
@@ -14,6 +15,16 @@ import (
 // slow iff P(slow) is above both its own (load) threshold and the floor, so the stricter rule
 // wins. When the traffic's own slow share at the load threshold is below the cap the floor
 // sits below the load threshold and changes nothing.
+//
+// In the tokens unit (Config.ShareUnit) each request weighs its tokens: the histogram sums
+// tokens per bin, the floor is the lowest P(slow) such that the requests above it carry at
+// most MaxSlowShare of the window's tokens, and Share is the slow requests' share of the
+// tokens. Tokens are known when the request completes, so it is observed then
+// (ObserveTokens), with the score and path of its routing. A request whose tokens never
+// arrive (an unmetered stream, an upstream failure) is observed with Observe and weighs the
+// window's mean tokens per metered request, taken when the floor or share is computed; with
+// no metered request in the window every request weighs the same and the tokens unit is the
+// requests unit.
 //
 // The floor is fed forward from the scores, not back from the decisions: what went slow does
 // not move it, so it cannot overshoot and swing back the way a controller chasing its own
@@ -24,30 +35,39 @@ import (
 // scores at the quantile keeps the share below the cap rather than above it.
 //
 // Safe for concurrent use: one mutex, held for a histogram update or, every few requests, a
-// scan of the histogram's 1000 bins.
+// scan of the histogram's 1000 bins. Memory is fixed: 21 histograms of 1000 bins.
 type ShareBudget struct {
-	max  float64
-	slot time.Duration
-	now  func() time.Time
+	max    float64
+	tokens bool // the tokens unit
+	slot   time.Duration
+	now    func() time.Time
 
 	mu      sync.Mutex
 	slots   [shareSlots]shareSlot
-	cur     int64 // index of the current slot: now / slot
-	hist    [shareBins]uint32
-	n, slow int
-	floor   float64 // the last computed floor
-	pending int     // observations since floor was computed
-	stale   bool    // the window changed in a way pending does not count (rotation)
+	cur     int64     // index of the current slot: now / slot
+	win     shareSlot // the window: the slots summed
+	floor   float64   // the last computed floor
+	pending int       // observations since floor was computed
+	stale   bool      // the window changed in a way pending does not count (rotation)
 }
 
+// shareSlot is the histogram of part of the window, or of all of it. A request of known
+// weight (each one in the requests unit, a metered one in the tokens unit) adds its weight
+// to weight; one of unknown weight counts in unmetered.
 type shareSlot struct {
-	hist    [shareBins]uint32
-	n, slow int
+	weight    [shareBins]uint64
+	unmetered [shareBins]uint32
+	// metered and unmet count the requests of known and unknown weight; w is the known
+	// weight, slowW and slowUnmet their slow part.
+	metered, unmet, slowUnmet int
+	w, slowW                  uint64
 }
+
+func (s *shareSlot) n() int { return s.metered + s.unmet }
 
 const (
 	// shareSlots divides the window: a request leaves it between window·(1 − 1/shareSlots)
-	// and window after it was routed.
+	// and window after it was observed.
 	shareSlots = 20
 	// shareBins is the histogram's resolution: P(slow) kept to 1/shareBins.
 	shareBins = 1000
@@ -65,7 +85,7 @@ func NewShareBudget(cfg Config, now func() time.Time) *ShareBudget {
 	if now == nil {
 		now = time.Now
 	}
-	b := &ShareBudget{max: cfg.MaxSlowShare, slot: cfg.ShareWindow / shareSlots, now: now}
+	b := &ShareBudget{max: cfg.MaxSlowShare, tokens: cfg.ShareUnit == ShareUnitTokens, slot: cfg.ShareWindow / shareSlots, now: now}
 	b.cur = b.index(now())
 	return b
 }
@@ -75,9 +95,33 @@ func (b *ShareBudget) index(t time.Time) int64 { return t.UnixNano() / int64(b.s
 // Max returns the configured cap; 0 when there is none.
 func (b *ShareBudget) Max() float64 { return b.max }
 
-// Observe records one routed request: its P(slow) and whether it went slow. A NaN score
-// is not recorded.
+// Unit returns what the share counts: ShareUnitRequests or ShareUnitTokens.
+func (b *ShareBudget) Unit() string {
+	if b.tokens {
+		return ShareUnitTokens
+	}
+	return ShareUnitRequests
+}
+
+// Observe records one routed request: its P(slow) and whether it went slow. In the tokens
+// unit it is a request whose tokens are unknown: it weighs the window's mean tokens per
+// metered request. A NaN score is not recorded.
 func (b *ShareBudget) Observe(pSlow float64, slow bool) {
+	b.observe(pSlow, slow, 1, !b.tokens)
+}
+
+// ObserveTokens records one completed routed request and the tokens (prompt and completion)
+// it cost; in the requests unit the tokens are ignored. Negative tokens mean unknown, as
+// Observe. A NaN score is not recorded.
+func (b *ShareBudget) ObserveTokens(pSlow float64, slow bool, tokens int) {
+	if !b.tokens {
+		b.observe(pSlow, slow, 1, true)
+		return
+	}
+	b.observe(pSlow, slow, uint64(max(tokens, 0)), tokens >= 0)
+}
+
+func (b *ShareBudget) observe(pSlow float64, slow bool, w uint64, metered bool) {
 	if math.IsNaN(pSlow) {
 		return
 	}
@@ -85,14 +129,21 @@ func (b *ShareBudget) Observe(pSlow float64, slow bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance()
-	s := &b.slots[b.cur%shareSlots]
-	s.hist[i]++
-	s.n++
-	b.hist[i]++
-	b.n++
-	if slow {
-		s.slow++
-		b.slow++
+	for _, s := range []*shareSlot{&b.slots[b.cur%shareSlots], &b.win} {
+		if metered {
+			s.weight[i] += w
+			s.metered++
+			s.w += w
+			if slow {
+				s.slowW += w
+			}
+		} else {
+			s.unmetered[i]++
+			s.unmet++
+			if slow {
+				s.slowUnmet++
+			}
+		}
 	}
 	b.pending++
 }
@@ -111,16 +162,27 @@ func (b *ShareBudget) Threshold() float64 {
 	return b.floor
 }
 
-// Share returns the share of the window's routed requests that went slow, and how many
-// requests it holds.
+// Share returns the share of the window's routed requests (in the tokens unit: of their
+// tokens) that went slow, and how many requests the window holds.
 func (b *ShareBudget) Share() (share float64, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance()
-	if b.n == 0 {
-		return 0, 0
+	mean := b.meanWeight()
+	total := float64(b.win.w) + mean*float64(b.win.unmet)
+	if total == 0 {
+		return 0, b.win.n()
 	}
-	return float64(b.slow) / float64(b.n), b.n
+	return (float64(b.win.slowW) + mean*float64(b.win.slowUnmet)) / total, b.win.n()
+}
+
+// meanWeight is the weight of a request of unknown weight: the window's mean weight per
+// request of known weight, or 1 when it holds none. Called with mu held.
+func (b *ShareBudget) meanWeight() float64 {
+	if b.win.metered == 0 {
+		return 1
+	}
+	return float64(b.win.w) / float64(b.win.metered)
 }
 
 // advance expires the slots that the clock has moved past; called with mu held.
@@ -131,12 +193,16 @@ func (b *ShareBudget) advance() {
 	}
 	for j := b.cur + 1; j <= k && j <= b.cur+shareSlots; j++ {
 		s := &b.slots[j%shareSlots]
-		if s.n > 0 {
-			for i, c := range s.hist {
-				b.hist[i] -= c
+		if s.n() > 0 {
+			for i := range s.weight {
+				b.win.weight[i] -= s.weight[i]
+				b.win.unmetered[i] -= s.unmetered[i]
 			}
-			b.n -= s.n
-			b.slow -= s.slow
+			b.win.metered -= s.metered
+			b.win.unmet -= s.unmet
+			b.win.slowUnmet -= s.slowUnmet
+			b.win.w -= s.w
+			b.win.slowW -= s.slowW
 			*s = shareSlot{}
 			b.stale = true
 		}
@@ -144,17 +210,18 @@ func (b *ShareBudget) advance() {
 	b.cur = k
 }
 
-// quantile is the lowest bin edge that at most max of the window's scores exceed; called
-// with mu held.
+// quantile is the lowest bin edge such that the scores above it carry at most max of the
+// window's weight; called with mu held.
 func (b *ShareBudget) quantile() float64 {
-	if b.max == 0 || b.n < ShareMinSamples {
+	if b.max == 0 || b.win.n() < ShareMinSamples {
 		return 0
 	}
-	allowed := b.max * float64(b.n)
-	above := 0
+	mean := b.meanWeight()
+	allowed := b.max * (float64(b.win.w) + mean*float64(b.win.unmet))
+	above := 0.0
 	for i := shareBins - 1; i >= 0; i-- {
-		above += int(b.hist[i])
-		if float64(above) > allowed {
+		above += float64(b.win.weight[i]) + mean*float64(b.win.unmetered[i])
+		if above > allowed {
 			return float64(i+1) / shareBins
 		}
 	}

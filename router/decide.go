@@ -32,7 +32,23 @@ type Route struct {
 	DecideTime time.Duration
 	Decided    time.Time
 
-	release func() // frees the slow-path slot; idempotent; nil when none is held
+	release func()       // frees the slow-path slot; idempotent; nil when none is held
+	share   *shareTicket // the slow-share observation made at completion; nil when none is due
+}
+
+// shareTicket is a routed request's observation in a tokens-unit slow-share window, made
+// once when the request completes: with its tokens when the answer reported them (Used),
+// else at Release as a request of unknown tokens.
+type shareTicket struct {
+	once  sync.Once
+	b     *decision.ShareBudget
+	pSlow float64
+	slow  bool
+}
+
+// observe records the request with tokens (negative: unknown); the first call wins.
+func (t *shareTicket) observe(tokens int) {
+	t.once.Do(func() { t.b.ObserveTokens(t.pSlow, t.slow, tokens) })
 }
 
 // Path is PathSlow or PathFast.
@@ -59,9 +75,23 @@ func (r *Route) ModelLabel() int {
 	return 0
 }
 
-// Release frees the slow-path slot the route holds, if any. It is idempotent and must be
-// called once the request's upstream response has ended (streams included).
+// Used reports the tokens the upstream answer cost, as the replica reported them, for the
+// slow-share budget in its tokens unit (decision.share_unit); call it before Release. A
+// route whose usage never arrives is counted at Release with the window's mean tokens. A
+// no-op for other units and for routes outside the budget (pinned, fallback).
+func (r *Route) Used(u upstream.Usage) {
+	if r.share != nil {
+		r.share.observe(u.PromptTokens + u.CompletionTokens)
+	}
+}
+
+// Release frees the slow-path slot the route holds, if any, and in the tokens unit records
+// the request in the slow-share window if Used did not. It is idempotent and must be called
+// once the request's upstream response has ended (streams included).
 func (r *Route) Release() {
+	if r.share != nil {
+		r.share.observe(-1)
+	}
 	if r.release != nil {
 		r.release()
 	}
@@ -222,9 +252,15 @@ func (r *Router) decide(sc Score, hold bool) Route {
 	if rt.Slow {
 		rt.Pool = r.slow
 	}
-	if hold {
+	switch {
+	case !hold:
 		// Executed routed requests make the slow-share window; previews, pinned and fallback
 		// requests stay out of it.
+	case r.cfg.Decision.ShareUnit == decision.ShareUnitTokens:
+		// Their tokens are known when the answer ends: Used or Release observes them then,
+		// with the score and path decided now.
+		rt.share = &shareTicket{b: r.share, pSlow: float64(sc.PSlow), slow: rt.Slow}
+	default:
 		r.share.Observe(float64(sc.PSlow), rt.Slow)
 	}
 	rt.Decided = time.Now()
@@ -239,7 +275,8 @@ func (r *Router) State() decision.State {
 }
 
 // SlowShare returns the share of the routed requests in the slow-share window
-// (decision.share_window) that went slow, and how many there were.
+// (decision.share_window) that went slow, in decision.share_unit (of their tokens in the
+// tokens unit), and how many requests there were.
 func (r *Router) SlowShare() (share float64, n int) { return r.share.Share() }
 
 // Threshold is the P(slow) a request must exceed to go slow under the current load.

@@ -83,11 +83,11 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		}, r.Threshold),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_decision_budget_threshold",
-			Help: "The slow-share budget's floor: the P(slow) only decision.max_slow_share of the window's routed requests exceed (0: no cap, or too few requests).",
+			Help: "The slow-share budget's floor: the P(slow) only decision.max_slow_share of the window's routed requests (or of their tokens, per decision.share_unit) exceed (0: no cap, or too few requests).",
 		}, r.share.Threshold),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_share",
-			Help: "Share of the routed requests of the last decision.share_window that went slow.",
+			Help: "Share of the routed requests of the last decision.share_window that went slow, in decision.share_unit: of the requests, or of their tokens.",
 		}, func() float64 { s, _ := r.share.Share(); return s }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_share_max",

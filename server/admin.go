@@ -186,11 +186,13 @@ type statusSlow struct {
 	Max       int     `json:"max"`
 	Load      float64 `json:"load"`
 	Threshold float64 `json:"threshold"`
-	// The slow-share budget: the window's share of routed requests that went slow, over how
-	// many, the cap (0: none) and the threshold floor it sets.
+	// The slow-share budget: the window's share of routed requests (or of their tokens, per
+	// ShareUnit) that went slow, over how many requests, the cap (0: none), the unit
+	// (decision.share_unit: requests or tokens) and the threshold floor it sets.
 	Share           float64 `json:"share"`
 	ShareRequests   int     `json:"share_requests"`
 	ShareMax        float64 `json:"share_max"`
+	ShareUnit       string  `json:"share_unit"`
 	BudgetThreshold float64 `json:"budget_threshold"`
 }
 
@@ -220,6 +222,7 @@ func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
 			Share:           round6(share),
 			ShareRequests:   shareN,
 			ShareMax:        s.cfg.Decision.MaxSlowShare,
+			ShareUnit:       s.cfg.Decision.ShareUnit,
 			BudgetThreshold: round6(st.BudgetThreshold),
 		},
 		BatcherQueue: st.QueueLen,

@@ -143,7 +143,7 @@ func TestAdminTokenIsChecked(t *testing.T) {
 	}
 	resp, body := do(t, http.MethodGet, ts.url+"/admin/status", "", nil, "Authorization", "Bearer "+testToken)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	for _, want := range []string{`"model_version":"v1"`, `"slow_path":{"active":0,"max":50,"load":0,"threshold":0.5,"share":0,"share_requests":0,"share_max":0,"budget_threshold":0}`, `"id":"fast-0"`, `"id":"slow-0"`, `"ready":true`} {
+	for _, want := range []string{`"model_version":"v1"`, `"slow_path":{"active":0,"max":50,"load":0,"threshold":0.5,"share":0,"share_requests":0,"share_max":0,"share_unit":"requests","budget_threshold":0}`, `"id":"fast-0"`, `"id":"slow-0"`, `"ready":true`} {
 		require.Contains(t, string(body), want)
 	}
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -65,4 +66,55 @@ func TestSlowShareBudget(t *testing.T) {
 	require.Equal(t, n, st.SlowPath.ShareRequests, "classify previews are not counted")
 	require.InDelta(t, share, st.SlowPath.Share, 1e-6)
 	require.Equal(t, low.ThresholdParts.Budget, st.SlowPath.BudgetThreshold)
+}
+
+// TestSlowShareTokens measures the share in tokens (decision.share_unit: tokens): each routed
+// request weighs the tokens its replica reported, whether it came through the OpenAI
+// endpoints or query-process, and one whose answer carries no usage weighs the window's mean.
+func TestSlowShareTokens(t *testing.T) {
+	answer := func(tokens int) func(w http.ResponseWriter, r *http.Request, body []byte) {
+		return func(w http.ResponseWriter, r *http.Request, body []byte) {
+			w.Header().Set("Content-Type", "application/json")
+			out := map[string]any{"object": "chat.completion",
+				"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "ok"}, "finish_reason": "stop"}}}
+			if !bytes.Contains(body, []byte("no usage")) {
+				out["usage"] = map[string]any{"prompt_tokens": tokens / 2, "completion_tokens": tokens - tokens/2}
+			}
+			json.NewEncoder(w).Encode(out)
+		}
+	}
+	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+		c.Decision.ShareUnit = "tokens" // no cap: the share is measured only
+	})
+	ts.fast.onGenerate, ts.slow.onGenerate = answer(10), answer(30)
+
+	for i, text := range []string{"a p=0.9", "b p=0.1", "c p=0.1", "d p=0.1", "e p=0.1"} {
+		resp, body := postJSON(t, ts.url+"/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, text))
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%d: %s", i, body)
+	}
+	resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"f p=0.9"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, "slow", resp.Header.Get(HeaderPath))
+
+	status := func() statusSlow {
+		resp, body := do(t, http.MethodGet, ts.url+"/admin/status", "", nil, "Authorization", "Bearer "+testToken)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		var st statusResponse
+		require.NoError(t, json.Unmarshal(body, &st))
+		return st.SlowPath
+	}
+	// A proxied request is observed when its response stream closes, just after the client
+	// has read it.
+	eventually(t, func() bool { return status().ShareRequests == 6 }, "six requests observed")
+	st := status()
+	require.Equal(t, "tokens", st.ShareUnit)
+	require.InDelta(t, 60.0/100, st.Share, 1e-6, "2 slow of 30 tokens, 4 fast of 10: 60%% of the tokens, a third of the requests")
+
+	// An answer without usage weighs the mean: 100/6 tokens.
+	resp, body = postJSON(t, ts.url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"g p=0.9 no usage"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	eventually(t, func() bool { return status().ShareRequests == 7 }, "the unmetered request observed")
+	mean := 100.0 / 6
+	require.InDelta(t, (60+mean)/(100+mean), status().Share, 1e-6)
+	require.InDelta(t, (60+mean)/(100+mean), metricValue(t, ts.url, "triage_slow_share"), 1e-9)
 }

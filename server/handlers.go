@@ -40,7 +40,7 @@ func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 	}
 	defer r.Release() // the execution below has ended by then: the slot is held exactly that long
 	setRouteHeaders(c, rq, &r)
-	replica, err := s.execute(dl.ctx, r.Pool, in, policy.Request{Session: session, TTFTTarget: target})
+	replica, err := s.execute(dl.ctx, &r, in, policy.Request{Session: session, TTFTTarget: target})
 	if replica != "" {
 		c.Set(HeaderReplica, replica)
 	}
@@ -63,11 +63,12 @@ type executeMessage struct {
 	Content string `json:"content"`
 }
 
-// execute runs the text on pool and reads the answer to its end. It returns the replica that
-// answered (when one did). A non-2xx answer is an error: the endpoint's body is fixed, so
-// the status cannot pass through.
+// execute runs the text on the route's pool and reads the answer to its end, reporting its
+// tokens to the route (Used). It returns the replica that answered (when one did). A non-2xx
+// answer is an error: the endpoint's body is fixed, so the status cannot pass through.
 // routing carries the request's session and TTFT target; execute fills in the prompt.
-func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput, routing policy.Request) (string, error) {
+func (s *Server) execute(ctx context.Context, r *router.Route, in textInput, routing policy.Request) (string, error) {
+	pool := r.Pool
 	content := in.instruction
 	if strings.TrimSpace(in.context) != "" {
 		content += "\n\n" + in.context
@@ -99,6 +100,9 @@ func (s *Server) execute(ctx context.Context, pool *upstream.Pool, in textInput,
 	}
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil { // broken mid-body: an *UpstreamError
 		return resp.ReplicaID, err
+	}
+	if u, ok := resp.Usage(); ok {
+		r.Used(u)
 	}
 	return resp.ReplicaID, nil
 }

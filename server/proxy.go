@@ -153,6 +153,10 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		stall:   s.cfg.Server.WriteStallTimeout,
 		stalled: s.m.writeStalls,
 		done: func() {
+			// The body is closed by now: the replica's usage, if it sent one, has been read.
+			if u, ok := resp.Usage(); ok {
+				r.Used(u)
+			}
 			r.Release()
 			dl.end()
 			rq.finish()
