@@ -312,6 +312,9 @@ type PolicyResult struct {
 	ErrorSample string        `json:"error_sample,omitempty"`
 	// Tenants splits the outcome by tenant (tenants scenario only).
 	Tenants *TenantResults `json:"tenants,omitempty"`
+	// Degraded is the outcome while replica 0 was slowed (degrading
+	// scenario only).
+	Degraded *DegradeResult `json:"degraded,omitempty"`
 }
 
 // requestResult is one replayed request.
@@ -321,6 +324,10 @@ type requestResult struct {
 	replica string
 	timing  sse.Timing
 	err     string
+	// sent is when the request was sent, from the replay's start; wasSent
+	// is false for a request cut before it was.
+	sent    time.Duration
+	wasSent bool
 }
 
 // preparedRequest is a trace request with its body marshalled ahead of
@@ -495,6 +502,9 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	if c.Scenario == scenarioTenants {
 		res.Tenants = tallyTenants(out, reqs, c.SLOTTFT)
 	}
+	if c.Scenario == scenarioDegrading {
+		res.Degraded = tallyDegraded(out, c.degradeSchedule(), "r0", c.SLOTTFT)
+	}
 
 	cancel()
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
@@ -606,7 +616,9 @@ func replay(ctx context.Context, reqs []preparedRequest, drain time.Duration, se
 					}
 				}
 			}
+			sent := time.Since(start)
 			out[i] = send(sendCtx, r, out[i].held)
+			out[i].sent, out[i].wasSent = sent, true
 		})
 	}
 	finished := make(chan struct{})

@@ -126,11 +126,16 @@ func (r *PolicyReport) Markdown() string {
 
 	base := r.find("least-request")
 	tenants := c.Scenario == scenarioTenants
+	degrading := c.Scenario == scenarioDegrading
 	fmt.Fprintf(&b, "| policy | ok / sent | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | TTFT ≤ %s | E2E p50 ms | E2E p99 ms | prefix hit | load max/mean | Jain | requests per replica | mean TTFT vs least-request |", c.SLOTTFT)
 	sep := "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	if tenants {
 		fmt.Fprintf(&b, " light TTFT p50 ms | light TTFT p99 ms | light TTFT ≤ %s | heavy TTFT p50 ms | heavy TTFT p99 ms | heavy TTFT ≤ %s |", c.SLOTTFT, c.SLOTTFT)
 		sep += "---|---|---|---|---|---|"
+	}
+	if degrading {
+		fmt.Fprintf(&b, " slowed: sent to r0 | slowed: TTFT mean ms | slowed: TTFT p99 ms | slowed: TTFT ≤ %s |", c.SLOTTFT)
+		sep += "---|---|---|---|"
 	}
 	b.WriteString("\n" + sep + "\n")
 	for _, x := range r.Results {
@@ -148,7 +153,13 @@ func (r *PolicyReport) Markdown() string {
 		if tenants {
 			b.WriteString(tenantCells(x.Tenants))
 		}
+		if degrading {
+			b.WriteString(degradeCells(x.Degraded))
+		}
 		b.WriteString("\n")
+	}
+	if degrading {
+		b.WriteString("\nSlowed = the requests sent while replica 0 (r0) was slowed: how many of them went to it, and their TTFT and SLO attainment. ")
 	}
 	if tenants {
 		b.WriteString("\nLight = the light users' requests, heavy = the heavy user's (" + trace.HeavyUser + "), each with its own TTFT percentiles and SLO attainment. ")
@@ -252,7 +263,8 @@ func (r *PolicyReport) CSV() []byte {
 		"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "slo_attainment",
 		"e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
 		"prefix_hit_rate", "prefill_tokens", "load_max_over_mean", "jain_index", "per_replica_requests",
-		"light_ttft_p50_ms", "light_ttft_p99_ms", "light_slo_attainment", "heavy_ttft_p50_ms", "heavy_ttft_p99_ms", "heavy_slo_attainment"})
+		"light_ttft_p50_ms", "light_ttft_p99_ms", "light_slo_attainment", "heavy_ttft_p50_ms", "heavy_ttft_p99_ms", "heavy_slo_attainment",
+		"slowed_requests", "slowed_to_slow_replica", "slowed_ttft_mean_ms", "slowed_ttft_p99_ms", "slowed_slo_attainment"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	for _, x := range r.Results {
 		per := make([]string, len(x.PerReplica))
@@ -269,7 +281,12 @@ func (r *PolicyReport) CSV() []byte {
 			tenant = []string{f(t.Light.TTFT.P50), f(t.Light.TTFT.P99), strconv.FormatFloat(t.Light.SLOAttainment, 'f', 4, 64),
 				f(t.Heavy.TTFT.P50), f(t.Heavy.TTFT.P99), strconv.FormatFloat(t.Heavy.SLOAttainment, 'f', 4, 64)}
 		}
-		w.Write(append(row, tenant...))
+		degraded := make([]string, 5) // empty outside the degrading scenario
+		if d := x.Degraded; d != nil {
+			degraded = []string{strconv.Itoa(d.Requests), strconv.Itoa(d.ToSlow), f(d.TTFT.Mean), f(d.TTFT.P99),
+				strconv.FormatFloat(d.SLOAttainment, 'f', 4, 64)}
+		}
+		w.Write(append(append(row, tenant...), degraded...))
 	}
 	w.Flush()
 	return buf.Bytes()

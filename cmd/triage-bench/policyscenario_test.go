@@ -134,6 +134,7 @@ func TestScenarioReport(t *testing.T) {
 			case scenarioDegrading:
 				require.Contains(t, md, "- Scenario degrading: replica 0 runs 2× slower (every prefill and token delay × 2: prefill 300µs and decode 20ms per token) "+
 					"from 2.00 s to 6.00 s after the replay's start (25%–75% of the 8s arrival window)")
+				require.Contains(t, md, "| slowed: sent to r0 | slowed: TTFT mean ms | slowed: TTFT p99 ms | slowed: TTFT ≤ 250ms |")
 			case scenarioTenants:
 				require.Contains(t, md, "- Scenario tenants: one heavy user (user-0) holds 50% of the open sessions")
 				require.Contains(t, md, "| light TTFT p50 ms | light TTFT p99 ms | light TTFT ≤ 250ms | heavy TTFT p50 ms | heavy TTFT p99 ms | heavy TTFT ≤ 250ms |")
@@ -231,4 +232,27 @@ func TestTenantsScenario(t *testing.T) {
 	require.Equal(t, 3, got.Light.OK)
 	require.Equal(t, 200.0, got.Light.TTFT.P50)
 	require.InDelta(t, 2.0/3, got.Light.SLOAttainment, 1e-12)
+}
+
+// Only requests sent inside the slow stretch count, [From, Until); cut ones never do.
+func TestTallyDegraded(t *testing.T) {
+	d := degradeSchedule{From: 2 * time.Second, Until: 6 * time.Second, Factor: 2}
+	ok := func(at time.Duration, replica string, ttft time.Duration) requestResult {
+		return requestResult{ok: true, replica: replica, sent: at, wasSent: true, timing: sse.Timing{TTFT: ttft}}
+	}
+	out := []requestResult{
+		ok(time.Second, "r0", time.Second),                    // before: ignored
+		ok(2*time.Second, "r0", 400*time.Millisecond),         // first instant counts
+		ok(3*time.Second, "r1", 100*time.Millisecond),         // in
+		{replica: "r0", sent: 4 * time.Second, wasSent: true}, // in, failed: a miss
+		{sent: 5 * time.Second},                               // never sent: ignored
+		ok(6*time.Second, "r0", time.Second),                  // Until: after
+	}
+	got := tallyDegraded(out, d, "r0", 250*time.Millisecond)
+	require.Equal(t, 3, got.Requests)
+	require.Equal(t, 2, got.ToSlow)
+	require.Equal(t, 2, got.TTFT.N)
+	require.InDelta(t, 1.0/3, got.SLOAttainment, 1e-9)
+	require.Equal(t, " 2 / 3 (67%) | 250 | 400 | 33.3% |", degradeCells(got))
+	require.Equal(t, " — | — | — | — |", degradeCells(nil))
 }
