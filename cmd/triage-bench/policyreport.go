@@ -126,18 +126,9 @@ func (r *PolicyReport) Markdown() string {
 
 	base := r.find("least-request")
 	tenants := c.Scenario == scenarioTenants
-	degrading := c.Scenario == scenarioDegrading
 	fmt.Fprintf(&b, "| policy | ok / sent | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | TTFT ≤ %s | E2E p50 ms | E2E p99 ms | prefix hit | load max/mean | Jain | requests per replica | mean TTFT vs least-request |", c.SLOTTFT)
-	sep := "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-	if tenants {
-		fmt.Fprintf(&b, " light TTFT p50 ms | light TTFT p99 ms | light TTFT ≤ %s | heavy TTFT p50 ms | heavy TTFT p99 ms | heavy TTFT ≤ %s |", c.SLOTTFT, c.SLOTTFT)
-		sep += "---|---|---|---|---|---|"
-	}
-	if degrading {
-		fmt.Fprintf(&b, " slowed: sent to r0 | slowed: TTFT mean ms | slowed: TTFT p99 ms | slowed: TTFT ≤ %s |", c.SLOTTFT)
-		sep += "---|---|---|---|"
-	}
-	b.WriteString("\n" + sep + "\n")
+	head, sep := scenarioColumns(c)
+	b.WriteString(head + "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|" + sep + "\n")
 	for _, x := range r.Results {
 		vs := "—"
 		if base != nil && base.TTFT.Mean > 0 && x.Policy != base.Policy {
@@ -150,15 +141,9 @@ func (r *PolicyReport) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %d / %d | %.0f | %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% | %.2f | %.3f | %s | %s |",
 			x.Policy, x.OK, x.Requests, x.TTFT.Mean, x.TTFT.P50, x.TTFT.P99, 100*x.SLOAttainment, x.E2E.P50, x.E2E.P99,
 			100*x.HitRate, x.LoadMaxMean, x.Jain, strings.Join(per, " / "), vs)
-		if tenants {
-			b.WriteString(tenantCells(x.Tenants))
-		}
-		if degrading {
-			b.WriteString(degradeCells(x.Degraded))
-		}
-		b.WriteString("\n")
+		b.WriteString(scenarioCells(c, &x) + "\n")
 	}
-	if degrading {
+	if c.Scenario == scenarioDegrading {
 		b.WriteString("\nSlowed = the requests sent while replica 0 (r0) was slowed: how many of them went to it, and their TTFT and SLO attainment. ")
 	}
 	if tenants {
@@ -187,6 +172,30 @@ func (r *PolicyReport) Markdown() string {
 	}
 	b.WriteString(r.seedsTable())
 	return b.String()
+}
+
+// scenarioColumns are the table's header cells and separator cells that
+// only c's scenario has (tenants, degrading), "" for the others.
+func scenarioColumns(c *sweepConfig) (head, sep string) {
+	switch c.Scenario {
+	case scenarioTenants:
+		return fmt.Sprintf(" light TTFT p50 ms | light TTFT p99 ms | light TTFT ≤ %s | heavy TTFT p50 ms | heavy TTFT p99 ms | heavy TTFT ≤ %s |", c.SLOTTFT, c.SLOTTFT),
+			"---|---|---|---|---|---|"
+	case scenarioDegrading:
+		return fmt.Sprintf(" slowed: sent to r0 | slowed: TTFT mean ms | slowed: TTFT p99 ms | slowed: TTFT ≤ %s |", c.SLOTTFT), "---|---|---|---|"
+	}
+	return "", ""
+}
+
+// scenarioCells are x's cells under scenarioColumns.
+func scenarioCells(c *sweepConfig, x *PolicyResult) string {
+	switch c.Scenario {
+	case scenarioTenants:
+		return tenantCells(x.Tenants)
+	case scenarioDegrading:
+		return degradeCells(x.Degraded)
+	}
+	return ""
 }
 
 // tenantCells are the tenant columns of one table row.
