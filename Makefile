@@ -132,15 +132,16 @@ bench-classifier: setup
 # results land in bench/results/gateway/ and bench/results/policies/ (see bench/README.md).
 bench-gateway: build
 	bin/triage-bench gateway --out bench/results/gateway $(ARGS)
-	bin/triage-bench policies --out bench/results/policies --plot $(ARGS)
+	bin/triage-bench policies --seeds 1,2,3 --out bench/results/policies --plot $(ARGS)
 
 # The replica-policy sweep in each scenario besides the default one: replicas that differ,
 # a replica that slows down mid-run, one heavy user among light ones. Results in
-# bench/results/policies-<scenario>/ (see bench/README.md).
+# bench/results/policies-<scenario>/ (see bench/README.md). The degrading run is 30 s long so that
+# its slow stretch (the middle half) outlasts the 1 s scrapes many times.
 bench-policies-scenarios: build
-	for scenario in heterogeneous degrading tenants; do \
-	  bin/triage-bench policies --scenario $$scenario --out bench/results/policies-$$scenario --plot $(ARGS) || exit 1; \
-	done
+	bin/triage-bench policies --scenario heterogeneous --seeds 1,2,3 --out bench/results/policies-heterogeneous --plot $(ARGS)
+	bin/triage-bench policies --scenario degrading --duration 30s --out bench/results/policies-degrading --plot $(ARGS)
+	bin/triage-bench policies --scenario tenants --out bench/results/policies-tenants --plot $(ARGS)
 
 # The classifier cascade on vs off, on Dolly texts and on ~256-word-piece prompts (190
 # words): seq-miss (1 client) and conc-miss (32 clients), each with the gateway's CPU per
