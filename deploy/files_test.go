@@ -168,17 +168,19 @@ func (d dashboard) queries() []query {
 // requiredPanels are the panels the deployment issue asks for, each with a metric its
 // queries must use.
 var requiredPanels = map[string]string{
-	"Requests by path and reason":          "triage_decisions_total",
-	"x-router-latency quantiles":           "triage_router_latency_seconds_bucket",
-	"Batch sizes":                          "triage_batcher_batch_size_bucket",
-	"Cache hit rate":                       "triage_cache_requests_total",
-	"Slow-path load and threshold":         "triage_slow_load",
-	"In flight per replica (gateway view)": "triage_upstream_inflight",
-	"Time to first token per replica":      "vllm:time_to_first_token_seconds_bucket",
-	"Tokens per pool":                      "triage_upstream_tokens_total",
-	"Slow share against its budget":        "triage_slow_share",
-	"Cost per hour: spent and all-slow":    "triage_upstream_cost_baseline_total",
-	"Saved vs all-slow":                    "triage_upstream_cost_total",
+	"Requests by path and reason":                    "triage_decisions_total",
+	"x-router-latency quantiles":                     "triage_router_latency_seconds_bucket",
+	"Batch sizes":                                    "triage_batcher_batch_size_bucket",
+	"Cache hit rate":                                 "triage_cache_requests_total",
+	"Slow-path load and threshold":                   "triage_slow_load",
+	"In flight per replica (gateway view)":           "triage_upstream_inflight",
+	"Time to first token per replica":                "vllm:time_to_first_token_seconds_bucket",
+	"Tokens per pool":                                "triage_upstream_tokens_total",
+	"Slow share against its budget":                  "triage_slow_share",
+	"Cost per hour: spent and all-slow":              "triage_upstream_cost_baseline_total",
+	"Saved vs all-slow":                              "triage_upstream_cost_total",
+	"Time to first token per replica (gateway view)": "triage_upstream_ttft_seconds_bucket",
+	"TTFT target attainment per pool":                "triage_upstream_slo_total",
 }
 
 func TestDashboardStructure(t *testing.T) {

@@ -85,13 +85,31 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// observeTTFT reports the time to the first token event of a streamed 2xx
-// answer to the picker, when it learns from it. Called with mu held, once:
-// the observer takes its own short lock and never calls back.
+// observeTTFT measures the time to the first token event of a streamed 2xx
+// answer: into triage_upstream_ttft_seconds, against the request's TTFT
+// target when it has one (triage_upstream_slo_total), and to the picker when
+// it learns from it. Called with mu held, once: the observer takes its own
+// short lock and never calls back.
 func (b *responseBody) observeTTFT() {
 	a := b.a
-	if o := a.p.ttfts; o != nil && b.status >= 200 && b.status < 300 {
-		o.ObserveTTFT(a.req, a.r.id, a.load, time.Since(a.start))
+	if b.status < 200 || b.status > 299 {
+		return
+	}
+	ttft := time.Since(a.start)
+	a.r.metrics.ttft.Observe(ttft.Seconds())
+	target := a.p.sloTarget
+	if a.req.TTFTTarget > 0 {
+		target = a.req.TTFTTarget
+	}
+	switch {
+	case target <= 0:
+	case ttft <= target:
+		a.p.sloMet.Inc()
+	default:
+		a.p.sloMissed.Inc()
+	}
+	if o := a.p.ttfts; o != nil {
+		o.ObserveTTFT(a.req, a.r.id, a.load, ttft)
 	}
 }
 

@@ -58,6 +58,8 @@ type metrics struct {
 	inflight  *prometheus.GaugeVec
 	requests  *prometheus.CounterVec
 	ttfb      *prometheus.HistogramVec
+	ttft      *prometheus.HistogramVec
+	slo       *prometheus.CounterVec
 	healthy   *prometheus.GaugeVec
 	retries   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
@@ -87,6 +89,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from sending a request upstream to receiving the response headers.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 15), // 5ms .. ~82s
 		}, []string{"pool", "replica"})),
+		ttft: registerOrReuse(reg, &errs, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "triage_upstream_ttft_seconds",
+			Help:    "Time from sending a request upstream to its first token event, for streamed 2xx answers (a non-streamed answer's first token is not visible).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 15), // 5ms .. ~82s
+		}, []string{"pool", "replica"})),
+		slo: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_slo_total",
+			Help: "Streamed 2xx answers with a TTFT target (x-slo-ttft-ms, else the pool's policy.slo.ttft_target), by whether the first token came within it (outcome: met, missed).",
+		}, []string{"pool", "outcome"})),
 		healthy: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "triage_upstream_replica_healthy",
 			Help: "1 if the replica may take new requests (passing checks, not ejected, not draining), else 0.",
@@ -147,6 +158,7 @@ type replicaMetrics struct {
 	inflight  prometheus.Gauge
 	healthy   prometheus.Gauge
 	ttfb      prometheus.Observer
+	ttft      prometheus.Observer
 	ejections prometheus.Counter
 	outcomes  [numOutcomes]prometheus.Counter
 
@@ -159,6 +171,7 @@ func (m *metrics) forReplica(pool, replica string) *replicaMetrics {
 		inflight:  m.inflight.WithLabelValues(pool, replica),
 		healthy:   m.healthy.WithLabelValues(pool, replica),
 		ttfb:      m.ttfb.WithLabelValues(pool, replica),
+		ttft:      m.ttft.WithLabelValues(pool, replica),
 		ejections: m.ejections.WithLabelValues(pool, replica),
 
 		promptTokens:     m.tokens.WithLabelValues(pool, replica, "prompt"),

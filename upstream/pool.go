@@ -87,6 +87,12 @@ type Pool struct {
 	// The cost counters; nil when there are no prices to count with.
 	cost, baselineCost prometheus.Counter
 	baseline           *Prices
+
+	// sloTarget is the TTFT target of a request without its own
+	// (policy.slo.ttft_target; 0: none); sloMet and sloMissed count the
+	// measured answers with a target against it.
+	sloTarget         time.Duration
+	sloMet, sloMissed prometheus.Counter
 }
 
 // New builds a pool with the replica policy and admission its config names
@@ -146,6 +152,8 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		p.baseline = opts.BaselinePrices
 		p.baselineCost = m.baselineCost.WithLabelValues(cfg.Name)
 	}
+	p.sloTarget = policy.SectionOf[policy.SLOConfig](cfg.Policy, "slo").TTFTTarget
+	p.sloMet, p.sloMissed = m.slo.WithLabelValues(cfg.Name, "met"), m.slo.WithLabelValues(cfg.Name, "missed")
 	p.finisher, _ = picker.(policy.Finisher)
 	p.ttfts, _ = picker.(policy.TTFTObserver)
 	p.sharer, _ = picker.(policy.Sharer)
