@@ -18,6 +18,10 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
+// WallClock is the wall clock, the Clock a Server uses unless told otherwise; its Sleep also
+// serves callers that pace real time around a simulation (the benchmark's slowdown schedule).
+var WallClock Clock = realClock{}
+
 // realClock is the wall clock.
 type realClock struct{}
 

@@ -488,7 +488,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		// (within microseconds of) the replay's start, as the trace's
 		// arrival times do.
 		d := c.degradeSchedule()
-		g.Go(func() error { return d.run(gctx, servers[0], sleepCtx) })
+		g.Go(func() error { return d.run(gctx, servers[0], sim.WallClock.Sleep) })
 	}
 	stopProbe := report.StartTimerProbe(gctx)
 	start := time.Now()

@@ -76,18 +76,6 @@ func (d degradeSchedule) run(ctx context.Context, srv slowable, sleep func(conte
 	return srv.SetSlowdown(1)
 }
 
-// sleepCtx waits d or until ctx ends, whichever is first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // validateScenario reports what the chosen scenario needs and lacks, and
 // the scenario flags' ranges, naming the flags. The tenants scenario's
 // need for --users >= 2 is the trace's own check.

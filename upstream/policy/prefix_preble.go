@@ -273,21 +273,11 @@ func (p *Preble) Done(_ *Request, _ string, outputTokens int) {
 
 // Share implements Sharer: the prompt's block hashes, which Pick recorded for the replica.
 func (p *Preble) Share(req *Request, replicaID string) (Observation, bool) {
-	hs := shareHashes(req.Prompt, p.cfg.BlockChars)
-	if len(hs) == 0 {
-		return Observation{}, false
-	}
-	return Observation{ReplicaID: replicaID, BlockChars: p.cfg.BlockChars, Hashes: hs}, true
+	return shareBlocks(req, replicaID, p.cfg.BlockChars)
 }
 
 // Observe implements Sharer: records o's hashes as sent to its replica, as Pick does, and
 // charges no load (the Sharer contract: another gateway's work is its own window's).
 func (p *Preble) Observe(o Observation) bool {
-	if o.BlockChars != p.cfg.BlockChars || len(o.Hashes) == 0 {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.index.record(o.ReplicaID, o.Hashes)
-	return true
+	return observeBlocks(&p.mu, p.index, p.cfg.BlockChars, o)
 }

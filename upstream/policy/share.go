@@ -1,6 +1,10 @@
 package policy
 
-import "github.com/cespare/xxhash/v2"
+import (
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+)
 
 // Observation is what one gateway of a fleet tells the others about a pick it made, so that
 // their copies of the policy learn where a prompt's prefix and a session went. It holds
@@ -65,6 +69,28 @@ func SessionHash(session string) uint64 {
 
 // shareHashes returns the leading block hashes of prompt for an Observation: a fresh slice,
 // at most MaxShareBlocks long.
+// shareBlocks is Share for a policy whose only shared state is its prefix index: the prompt's
+// block hashes, as recorded for replicaID.
+func shareBlocks(req *Request, replicaID string, blockChars int) (Observation, bool) {
+	hs := shareHashes(req.Prompt, blockChars)
+	if len(hs) == 0 {
+		return Observation{}, false
+	}
+	return Observation{ReplicaID: replicaID, BlockChars: blockChars, Hashes: hs}, true
+}
+
+// observeBlocks is Observe for such a policy: o's hashes recorded in x (under mu) as sent to
+// o's replica, when they were cut into blocks of the policy's size.
+func observeBlocks(mu *sync.Mutex, x *prefixIndex, blockChars int, o Observation) bool {
+	if o.BlockChars != blockChars || len(o.Hashes) == 0 {
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	x.record(o.ReplicaID, o.Hashes)
+	return true
+}
+
 func shareHashes(prompt string, blockChars int) []uint64 {
 	// Hash no further than the blocks that will be shared: MaxShareBlocks blocks of at most
 	// blockChars runes are at most 4 × blockChars bytes each.
