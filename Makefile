@@ -32,7 +32,7 @@ build: setup
 	$(GO) build -o bin/ ./cmd/...
 
 run: build
-	bin/triage $(ARGS)
+	bin/triage --simulate $(ARGS)
 
 test: setup test-go test-fuzz test-notebook test-train-example test-python test-docker
 

@@ -3,6 +3,9 @@ package classifier
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 )
 
 // Config locates the model files and sizes the ONNX Runtime session.
@@ -51,6 +54,25 @@ func DefaultConfig() Config {
 		MaxGroupTokens: 4096,
 		VerifyEncoder:  true,
 	}
+}
+
+// CheckFiles reports, naming the setting to change, each file the classifier needs that is
+// not there: ModelDir's manifest.json, EncoderDir's model.onnx and tokenizer.json, and
+// ORTLibrary. New fails on the first of them anyway; this says where to look before it does.
+func (c Config) CheckFiles(path string) error {
+	var errs []error
+	missing := func(key, file, hint string) {
+		if _, err := os.Stat(file); err != nil {
+			abs, _ := filepath.Abs(file)
+			env := "TRIAGE_" + strings.ToUpper(strings.ReplaceAll(path+"_"+key, ".", "_"))
+			errs = append(errs, fmt.Errorf("%s.%s: %s not found (absolute: %s); set %s.%s in the config file "+
+				"(relative to the file) or %s to where it is (default: %s)", path, key, file, abs, path, key, env, hint))
+		}
+	}
+	missing("model_dir", filepath.Join(c.ModelDir, "manifest.json"), "the repository's models/ folder")
+	missing("encoder_dir", filepath.Join(c.EncoderDir, "model.onnx"), "installed by make setup into .deps/encoders/")
+	missing("onnxruntime_lib", c.ORTLibrary, "installed by make setup into .deps/onnxruntime/")
+	return errors.Join(errs...)
 }
 
 // Validate is ValidateAt("classifier").

@@ -102,3 +102,17 @@ func TestWrongRuntimeLibraryIsRefused(t *testing.T) {
 	require.Contains(t, wrongLibErr.Error(), "triage-not-onnxruntime.so")
 	require.Contains(t, wrongLibErr.Error(), "1.24")
 }
+
+func TestCheckFilesNamesTheSettingToChange(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ModelDir, cfg.EncoderDir, cfg.ORTLibrary = "no-such-models", "no-such-encoder", "no-such-lib.so"
+	err := cfg.CheckFiles("classifier")
+	require.Error(t, err)
+	for _, want := range []string{
+		"classifier.model_dir: no-such-models/manifest.json not found", "TRIAGE_CLASSIFIER_MODEL_DIR",
+		"classifier.encoder_dir: no-such-encoder/model.onnx not found", "TRIAGE_CLASSIFIER_ENCODER_DIR",
+		"classifier.onnxruntime_lib: no-such-lib.so not found", "TRIAGE_CLASSIFIER_ONNXRUNTIME_LIB",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+}

@@ -166,17 +166,18 @@ func (c ServerConfig) ValidateAt(path string) error {
 	return errors.Join(errs...)
 }
 
-// PoolsConfig holds the fast and the slow pool. When neither lists any replica the gateway
-// starts the built-in simulated pools described by SimConfig and points these pools at them
-// (every other pool setting still applies).
+// PoolsConfig holds the fast and the slow pool. Both must list replicas unless sim.enabled
+// (or --simulate) asks for the built-in simulated pools, which then take their place (every
+// other pool setting still applies). There is no implicit fallback to the simulators: a
+// config whose replicas went missing (an unset variable, a lost mount) must stop the
+// gateway, not answer with made-up text.
 type PoolsConfig struct {
 	Fast upstream.PoolConfig `yaml:"fast"`
 	Slow upstream.PoolConfig `yaml:"slow"`
 }
 
-// Builtin reports whether the built-in simulated pools are to be used: no replica is
-// configured in either pool.
-func (c PoolsConfig) Builtin() bool {
+// Empty reports whether neither pool lists a replica.
+func (c PoolsConfig) Empty() bool {
 	return len(c.Fast.Replicas) == 0 && len(c.Slow.Replicas) == 0
 }
 
@@ -201,15 +202,20 @@ func validatePool(pc upstream.PoolConfig, path string, builtin bool) error {
 }
 
 // ValidateAt reports every invalid field of both pools, named from path ("pools").
-func (c PoolsConfig) ValidateAt(path string) error {
-	builtin := c.Builtin()
+// simulated says the built-in simulated pools were asked for (sim.enabled): then empty
+// replica lists are expected, as the simulators fill them in before the pools are built.
+func (c PoolsConfig) ValidateAt(path string, simulated bool) error {
+	builtin := simulated && c.Empty()
 	var errs []error
 	if !builtin {
-		if len(c.Fast.Replicas) == 0 {
-			errs = append(errs, fmt.Errorf("%s.fast.replicas: required when %[1]s.slow has replicas (leave both empty for the built-in simulated pools)", path))
-		}
-		if len(c.Slow.Replicas) == 0 {
-			errs = append(errs, fmt.Errorf("%s.slow.replicas: required when %[1]s.fast has replicas (leave both empty for the built-in simulated pools)", path))
+		for _, p := range []struct {
+			name string
+			pc   upstream.PoolConfig
+		}{{"fast", c.Fast}, {"slow", c.Slow}} {
+			if len(p.pc.Replicas) == 0 {
+				errs = append(errs, fmt.Errorf("%s.%s.replicas: pool %q has no replica: list at least one "+
+					"(the built-in simulated pools start only with --simulate or sim.enabled: true)", path, p.name, p.pc.Name))
+			}
 		}
 	}
 	errs = append(errs,
@@ -222,10 +228,15 @@ func (c PoolsConfig) ValidateAt(path string) error {
 	return errors.Join(errs...)
 }
 
-// SimConfig describes the built-in simulated pools, started only when no pool has replicas:
-// FastReplicas servers of the Fast replica config and SlowReplicas of the Slow one, each on
+// SimConfig describes the built-in simulated pools, started only when Enabled (sim.enabled,
+// or the --simulate flag) and then in place of any configured replica: FastReplicas servers of the Fast replica config and SlowReplicas of the Slow one, each on
 // its own 127.0.0.1:0 listener. Replica i is named "<name>-<i>" and seeded with Seed+i.
 type SimConfig struct {
+	// Enabled starts the built-in simulated pools: every answer is made up by the simulator
+	// (and carries the X-Simulated header). Default false; the pools must then list real
+	// replicas. Set it (or pass --simulate) for demos and tests only; it cannot be combined
+	// with configured replicas.
+	Enabled bool `yaml:"enabled"`
 	// FastReplicas is the number of simulated fast replicas, in [1, 16]. Default 2.
 	FastReplicas int `yaml:"fast_replicas"`
 	// SlowReplicas is the number of simulated slow replicas, in [1, 16]. Default 2.
@@ -339,7 +350,8 @@ func (c LogConfig) ValidateAt(path string) error {
 	return errors.Join(errs...)
 }
 
-// DefaultConfig returns every section's defaults: the built-in simulated pools, the
+// DefaultConfig returns every section's defaults: no replicas (so it does not validate
+// until the pools list some, or sim.enabled asks for the built-in simulated pools), the
 // quadratic decision policy, batches of 32 within 50ms, no admin endpoints.
 func DefaultConfig() Config {
 	return Config{
@@ -367,7 +379,7 @@ func (c Config) Validate() error {
 		c.Server.ValidateAt("server"),
 		c.Classifier.ValidateAt("classifier"),
 		c.Router().ValidateAt(""),
-		c.Pools.ValidateAt("pools"),
+		c.Pools.ValidateAt("pools", c.Sim.Enabled),
 		c.Sim.ValidateAt("sim"),
 		c.Fleet.ValidateAt("fleet"),
 		c.Admin.ValidateAt("admin"),

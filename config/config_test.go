@@ -24,21 +24,74 @@ func writeFile(t *testing.T, body string) string {
 	return p
 }
 
-func TestDefaultsAreValid(t *testing.T) {
-	require.NoError(t, DefaultConfig().Validate())
-	require.True(t, DefaultConfig().Pools.Builtin())
+// simulated is DefaultConfig with sim.enabled: what --simulate alone loads to.
+func simulated() Config {
+	c := DefaultConfig()
+	c.Sim.Enabled = true
+	return c
 }
 
-func TestNoConfigAtAllGivesDefaults(t *testing.T) {
-	cfg, err := Load(Sources{Environ: noEnv})
+func TestDefaultsAreValidOnlyWithReplicasOrSimulated(t *testing.T) {
+	err := DefaultConfig().Validate()
+	require.Error(t, err, "no replicas and no sim.enabled must not validate")
+	require.Contains(t, err.Error(), `pools.fast.replicas: pool "fast" has no replica`)
+	require.Contains(t, err.Error(), `pools.slow.replicas: pool "slow" has no replica`)
+	require.Contains(t, err.Error(), "--simulate")
+	require.NoError(t, simulated().Validate())
+	require.True(t, DefaultConfig().Pools.Empty())
+}
+
+// The black-box finding behind fail-closed: a config file that sets pool options but whose
+// replicas went missing used to start the simulators and answer with made-up text.
+func TestConfigWithoutReplicasFailsClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  Sources
+		want []string
+	}{
+		{"no configuration at all", Sources{Environ: noEnv}, []string{"pools.fast.replicas", "pools.slow.replicas"}},
+		{"pool options but no replica", Sources{Environ: noEnv, File: writeFile(t,
+			"pools:\n  fast: {model: small}\n  slow: {model: big}\n")},
+			[]string{`pool "fast" has no replica`, `pool "slow" has no replica`}},
+		{"one pool only", Sources{Environ: noEnv, File: writeFile(t,
+			"pools:\n  fast:\n    replicas: [{url: \"http://10.0.0.1:8000\"}]\n")},
+			[]string{`pool "slow" has no replica`}},
+		{"env names a pool model only", Sources{Environ: []string{"TRIAGE_POOLS_SLOW_MODEL=big"}},
+			[]string{"pools.fast.replicas", "pools.slow.replicas"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(tc.src)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestSimulatedPoolsOnlyWhenAskedFor(t *testing.T) {
+	cfg, err := Load(Sources{Environ: noEnv, Simulate: true})
 	require.NoError(t, err)
-	require.Equal(t, DefaultConfig(), cfg)
+	require.Equal(t, simulated(), cfg, "--simulate alone is the defaults with sim.enabled")
+
+	cfg, err = Load(Sources{Environ: noEnv, File: writeFile(t, "sim:\n  enabled: true\n")})
+	require.NoError(t, err)
+	require.True(t, cfg.Sim.Enabled)
+
+	cfg, err = Load(Sources{Environ: []string{"TRIAGE_SIM_ENABLED=true"}})
+	require.NoError(t, err)
+	require.True(t, cfg.Sim.Enabled)
+
+	// Never both: real replicas would be ignored, or simulated ones mixed in.
+	_, err = Load(Sources{Environ: noEnv, Simulate: true, File: writeFile(t,
+		"pools:\n  fast:\n    replicas: [{url: \"http://10.0.0.1:8000\"}]\n  slow:\n    replicas: [{url: \"http://10.0.0.2:8000\"}]\n")})
+	require.ErrorContains(t, err, "sim.enabled: the built-in simulated pools cannot be combined with configured replicas")
 }
 
 func TestExampleLoadsToExactlyTheDefaults(t *testing.T) {
-	cfg, err := Load(Sources{File: "example.yaml", Environ: noEnv})
+	cfg, err := Load(Sources{File: "example.yaml", Environ: noEnv, Simulate: true})
 	require.NoError(t, err)
-	require.Equal(t, DefaultConfig(), cfg, "config/example.yaml and DefaultConfig() disagree: update the example")
+	require.Equal(t, simulated(), cfg, "config/example.yaml and DefaultConfig() disagree: update the example")
 
 	// The embedded copy is the same file.
 	disk, err := os.ReadFile("example.yaml")
@@ -89,9 +142,9 @@ func collectPaths(n *yaml.Node, prefix string, fn func(path string, v *yaml.Node
 }
 
 func TestEmptyFileKeepsDefaults(t *testing.T) {
-	cfg, err := Load(Sources{File: writeFile(t, "# nothing here\n"), Environ: noEnv})
+	cfg, err := Load(Sources{File: writeFile(t, "# nothing here\n"), Environ: noEnv, Simulate: true})
 	require.NoError(t, err)
-	require.Equal(t, DefaultConfig(), cfg)
+	require.Equal(t, simulated(), cfg)
 }
 
 func TestFileOverridesDefaultsAndKeepsTheRest(t *testing.T) {
@@ -120,7 +173,7 @@ pools:
 	require.Equal(t, upstream.Duration(5*time.Second), cfg.Pools.Fast.Timeouts.FirstByte)
 	require.Equal(t, upstream.Duration(2*time.Second), cfg.Pools.Fast.Timeouts.Connect)
 	require.Equal(t, "fast", cfg.Pools.Fast.Name)
-	require.False(t, cfg.Pools.Builtin())
+	require.False(t, cfg.Pools.Empty())
 	require.Equal(t, "Bearer sk-1", cfg.Pools.Slow.Replicas[0].Headers["Authorization"])
 }
 
@@ -194,7 +247,7 @@ classifier: {intra_op_threads: 0}
 
 func TestPoolsConfigureBothOrNeither(t *testing.T) {
 	_, err := Load(Sources{File: writeFile(t, "pools:\n  fast:\n    replicas: [{url: \"http://10.0.0.1:8000\"}]\n"), Environ: noEnv})
-	require.ErrorContains(t, err, "pools.slow.replicas: required when pools.fast has replicas")
+	require.ErrorContains(t, err, `pools.slow.replicas: pool "slow" has no replica`)
 
 	_, err = Load(Sources{File: writeFile(t, "pools:\n  fast:\n    replicas: [{url: \"ftp://x\"}]\n  slow:\n    replicas: [{url: \"http://10.0.0.2:8000\"}]\n"), Environ: noEnv})
 	require.ErrorContains(t, err, "pools.fast.replicas[0].url: invalid URL")
@@ -219,7 +272,7 @@ func TestEnvOverridesFileAndFlagOverridesEnv(t *testing.T) {
 		"TRIAGE_POOLS_SLOW_POLICY_VTC_WINDOW=30s",
 		"TRIAGE_POOLS_SLOW_POLICY_TRACE_ENABLED=true",
 	}
-	cfg, err := Load(Sources{File: path, Environ: env})
+	cfg, err := Load(Sources{File: path, Environ: env, Simulate: true})
 	require.NoError(t, err)
 	require.Equal(t, 0.3, cfg.Decision.Alpha)
 	require.Equal(t, "127.0.0.1:7001", cfg.Server.Listen)
@@ -234,14 +287,14 @@ func TestEnvOverridesFileAndFlagOverridesEnv(t *testing.T) {
 	require.Equal(t, time.Minute, policy.SectionOf[policy.VTCConfig](cfg.Pools.Fast.Policy, "vtc").Window, "the other pool keeps its own")
 	require.True(t, cfg.Pools.Slow.Policy.Trace.Enabled)
 
-	cfg, err = Load(Sources{File: path, Environ: env, Listen: "127.0.0.1:7002"})
+	cfg, err = Load(Sources{File: path, Environ: env, Listen: "127.0.0.1:7002", Simulate: true})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:7002", cfg.Server.Listen)
 }
 
 func TestConfigFileFromEnv(t *testing.T) {
 	path := writeFile(t, "decision:\n  alpha: 0.1\n")
-	cfg, err := Load(Sources{Environ: []string{EnvConfigFile + "=" + path}})
+	cfg, err := Load(Sources{Environ: []string{EnvConfigFile + "=" + path}, Simulate: true})
 	require.NoError(t, err)
 	require.Equal(t, 0.1, cfg.Decision.Alpha)
 }
@@ -302,13 +355,13 @@ func TestEnvVarsAreUniqueAndDocumented(t *testing.T) {
 	for _, v := range vars {
 		env = append(env, v.Name+"="+v.Default)
 	}
-	cfg, err := Load(Sources{Environ: env})
+	cfg, err := Load(Sources{Environ: env, Simulate: true})
 	require.NoError(t, err)
-	require.Equal(t, DefaultConfig(), cfg)
+	require.Equal(t, simulated(), cfg)
 }
 
 func TestPrintedConfigIsRedactedAndLoadsBack(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := simulated()
 	cfg.Admin.Token = "0123456789abcdef-secret"
 	cfg.Pools.Fast.Replicas = []upstream.ReplicaConfig{{URL: "http://user:pw@10.0.0.1:8000", Headers: map[string]string{"Authorization": "Bearer sk-live"}}}
 	cfg.Pools.Slow.Replicas = []upstream.ReplicaConfig{{URL: "http://10.0.0.2:8000"}}
@@ -322,10 +375,10 @@ func TestPrintedConfigIsRedactedAndLoadsBack(t *testing.T) {
 	require.Equal(t, "Bearer sk-live", cfg.Pools.Fast.Replicas[0].Headers["Authorization"], "Redacted must not touch the original")
 
 	// Without secrets, what is printed loads back to the same configuration.
-	cfg = DefaultConfig()
+	cfg = simulated()
 	out, err = cfg.YAML()
 	require.NoError(t, err)
-	back, err := Load(Sources{File: writeFile(t, string(out)), Environ: noEnv})
+	back, err := Load(Sources{File: writeFile(t, string(out)), Environ: noEnv, Simulate: true})
 	require.NoError(t, err)
 	require.Equal(t, cfg, back)
 }
@@ -333,7 +386,7 @@ func TestPrintedConfigIsRedactedAndLoadsBack(t *testing.T) {
 // TestPrintedPolicyLoadsBack prints pools whose policies differ from the defaults in every
 // kind of setting (name, a section's scalar, duration and map, tracing) and loads it back.
 func TestPrintedPolicyLoadsBack(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := simulated()
 	p := &cfg.Pools.Slow.Policy
 	p.Name = "weighted"
 	p.Trace.Enabled = true
@@ -346,17 +399,17 @@ func TestPrintedPolicyLoadsBack(t *testing.T) {
 
 	out, err := cfg.YAML()
 	require.NoError(t, err)
-	back, err := Load(Sources{File: writeFile(t, string(out)), Environ: noEnv})
+	back, err := Load(Sources{File: writeFile(t, string(out)), Environ: noEnv, Simulate: true})
 	require.NoError(t, err)
 	require.Equal(t, cfg, back)
 }
 
 // A model name cannot both route (an alias) and pin (a pool's model).
 func TestModelAliasMustNotBeAPoolsModel(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := simulated()
 	cfg.Pools.Slow.Model = "auto"
 	require.ErrorContains(t, cfg.Validate(), `routing.model_aliases[0]: "auto" is also a model of pools.slow`)
-	cfg = DefaultConfig()
+	cfg = simulated()
 	cfg.Pools.Fast.Replicas = []upstream.ReplicaConfig{{URL: "http://127.0.0.1:1", Model: "router"}}
 	cfg.Pools.Slow.Replicas = []upstream.ReplicaConfig{{URL: "http://127.0.0.1:2"}}
 	cfg.Routing.ModelAliases = []string{"auto", "router"}
@@ -396,9 +449,36 @@ func TestPricesAreCheckedAtStartup(t *testing.T) {
 		})
 	}
 
-	cfg, err := Load(Sources{File: writeFile(t, "pools:\n  fast:\n    prices: {input_per_million: 0, output_per_million: 0.6}\n"), Environ: noEnv})
+	cfg, err := Load(Sources{File: writeFile(t, "pools:\n  fast:\n    prices: {input_per_million: 0, output_per_million: 0.6}\n"), Environ: noEnv, Simulate: true})
 	require.NoError(t, err)
 	require.Equal(t, 0.0, *cfg.Pools.Fast.Prices.InputPerMillion, "a free model is allowed")
 	require.Equal(t, 0.6, *cfg.Pools.Fast.Prices.OutputPerMillion)
 	require.Nil(t, cfg.Pools.Slow.Prices, "absent prices stay absent")
+}
+
+// The binary runs from any directory: classifier paths written in a config file are relative
+// to the file, and the defaults are found under the install root when the working directory
+// lacks them.
+func TestClassifierPathsResolveFromTheFileAndTheInstallRoot(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "triage.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("classifier:\n  model_dir: my-models\n  onnxruntime_lib: /opt/ort/libonnxruntime.so\n"), 0o600))
+	cfg, err := Load(Sources{File: file, Environ: noEnv, Simulate: true})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "my-models"), cfg.Classifier.ModelDir, "relative to the file")
+	require.Equal(t, "/opt/ort/libonnxruntime.so", cfg.Classifier.ORTLibrary, "absolute stays")
+	require.Equal(t, DefaultConfig().Classifier.EncoderDir, cfg.Classifier.EncoderDir, "a default is not the file's")
+
+	// An environment override is the operator's word, relative to the working directory.
+	cfg, err = Load(Sources{File: file, Environ: []string{"TRIAGE_CLASSIFIER_MODEL_DIR=env-models"}, Simulate: true})
+	require.NoError(t, err)
+	require.Equal(t, "env-models", cfg.Classifier.ModelDir)
+
+	// The working directory (this package's folder) has no models/: the install root's wins.
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "models"), 0o755))
+	cfg, err = Load(Sources{Environ: noEnv, Simulate: true, InstallRoot: root})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(root, "models"), cfg.Classifier.ModelDir)
+	require.Equal(t, DefaultConfig().Classifier.ORTLibrary, cfg.Classifier.ORTLibrary, "missing in both: left for the classifier to report")
 }

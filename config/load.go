@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -20,7 +21,7 @@ import (
 const EnvConfigFile = EnvPrefix + "CONFIG"
 
 // Sources says where the configuration comes from. Later sources override earlier ones:
-// defaults, then File, then the environment, then Listen.
+// defaults, then File, then the environment, then Listen and Simulate.
 type Sources struct {
 	// File is the YAML file to read. Empty means the path in TRIAGE_CONFIG, or no file.
 	File string
@@ -29,6 +30,18 @@ type Sources struct {
 	Environ []string
 	// Listen is the --listen flag's value; empty means the flag was not given.
 	Listen string
+	// Simulate is the --simulate flag: it sets sim.enabled, starting the built-in simulated
+	// pools.
+	Simulate bool
+	// InstallRoot is where the gateway is installed (cmd/triage passes the directory above
+	// its executable: the repository root for bin/triage). A classifier path left at its
+	// relative default that does not exist under the working directory is taken from there,
+	// so the binary runs from any directory. Empty: the working directory only.
+	InstallRoot string
+	// ListenOnly loads for a caller that needs server.listen alone (--healthcheck, run
+	// beside a gateway started with flags it does not see): only the server section is
+	// validated, so a config that relies on --simulate still yields its address.
+	ListenOnly bool
 }
 
 // Load builds the configuration: defaults, the YAML file (unknown keys are errors naming the
@@ -53,12 +66,28 @@ func Load(src Sources) (Config, error) {
 		if err := decodeYAML(data, &cfg); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
+		fileRelative(&cfg, filepath.Dir(path))
 	}
 	if err := applyEnv(&cfg, env); err != nil {
 		return Config{}, fmt.Errorf("config: environment: %w", err)
 	}
 	if src.Listen != "" {
 		cfg.Server.Listen = src.Listen
+	}
+	installRelative(&cfg, src.InstallRoot)
+	if src.Simulate {
+		cfg.Sim.Enabled = true
+	}
+	if src.ListenOnly {
+		if err := cfg.Server.ValidateAt("server"); err != nil {
+			return Config{}, fmt.Errorf("config: invalid:\n%w", err)
+		}
+		return cfg, nil
+	}
+	if cfg.Sim.Enabled && !cfg.Pools.Empty() {
+		// Either would be a silent surprise: real replicas ignored, or simulated ones mixed in.
+		return Config{}, errors.New("config: invalid:\nsim.enabled: the built-in simulated pools cannot be combined " +
+			"with configured replicas (pools.fast.replicas, pools.slow.replicas): remove one or the other")
 	}
 	if err := resolveSecrets(&cfg, env); err != nil {
 		return Config{}, fmt.Errorf("config: invalid:\n%w", err)
@@ -67,6 +96,50 @@ func Load(src Sources) (Config, error) {
 		return Config{}, fmt.Errorf("config: invalid:\n%w", err)
 	}
 	return cfg, nil
+}
+
+// classifierPaths are the classifier's file settings, for path resolution.
+func classifierPaths(cfg *Config) []*string {
+	return []*string{&cfg.Classifier.ModelDir, &cfg.Classifier.EncoderDir, &cfg.Classifier.ORTLibrary}
+}
+
+// fileRelative makes the relative classifier paths that the config file set relative to
+// the file's directory, as a reader of the file expects (a file beside its models works from
+// any working directory). Paths left at their defaults are not the file's and stay as they are.
+func fileRelative(cfg *Config, dir string) {
+	def := DefaultConfig()
+	for i, p := range classifierPaths(cfg) {
+		if *p != *classifierPaths(&def)[i] && *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+}
+
+// installRelative takes a classifier path still at its relative default from root when it
+// is missing under the working directory but present there: the defaults name files of the
+// repository (models/) and of its setup (.deps/), found beside bin/triage wherever it is
+// started. A path that exists nowhere is left as it is, for the classifier to report.
+func installRelative(cfg *Config, root string) {
+	if root == "" {
+		return
+	}
+	def := DefaultConfig()
+	for i, p := range classifierPaths(cfg) {
+		if *p != *classifierPaths(&def)[i] || filepath.IsAbs(*p) {
+			continue
+		}
+		if _, err := os.Stat(*p); err == nil {
+			continue
+		}
+		if alt := filepath.Join(root, *p); exists(alt) {
+			*p = alt
+		}
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // decodeYAML decodes one YAML document over cfg, which holds the defaults: keys absent from

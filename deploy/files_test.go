@@ -484,7 +484,7 @@ func TestKubernetesManifest(t *testing.T) {
 		environ = append(environ, k+"="+v)
 	}
 	cfg := loadConfig(t, file, environ)
-	require.False(t, cfg.Pools.Builtin(), "the Kubernetes config must point the pools at real servers")
+	require.False(t, cfg.Pools.Empty(), "the Kubernetes config must point the pools at real servers")
 	require.Equal(t, env["TRIAGE_SERVER_LISTEN"], cfg.Server.Listen)
 	if v, ok := env["TRIAGE_CLASSIFIER_INTRA_OP_THREADS"]; ok {
 		require.Equal(t, v, strconv.Itoa(cfg.Classifier.IntraOpThreads))
@@ -706,9 +706,13 @@ func TestDockerfile(t *testing.T) {
 	require.Contains(t, expose, strconv.Itoa(portOf(t, env["TRIAGE_SERVER_LISTEN"])))
 	require.Contains(t, entrypoint, "triage")
 
-	// The image's default config file is config/example.yaml; with the image's environment
-	// it loads (and is the built-in default setup).
-	cfg := loadConfig(t, path("config/example.yaml"), envList(env))
+	// The image's default config file is config/example.yaml: it has no replicas, so the
+	// image started bare stops (fail closed) and `docker run triage:dev --simulate` serves the
+	// built-in simulated pools; with the image's environment it loads with that flag.
+	_, err = config.Load(config.Sources{File: path("config/example.yaml"), Environ: envList(env)})
+	require.ErrorContains(t, err, `pool "fast" has no replica`)
+	cfg, err := config.Load(config.Sources{File: path("config/example.yaml"), Environ: envList(env), Simulate: true})
+	require.NoError(t, err)
 	require.Equal(t, env["TRIAGE_SERVER_LISTEN"], cfg.Server.Listen)
 }
 
@@ -865,7 +869,7 @@ func TestComposeStack(t *testing.T) {
 		}
 		require.Contains(t, s.Volumes, "./"+filepath.Base(composeConfigPath)+":"+env[config.EnvConfigFile]+":ro", "service %s", name)
 		cfg = loadConfig(t, path(composeConfigPath), envList(env))
-		require.False(t, cfg.Pools.Builtin())
+		require.False(t, cfg.Pools.Empty())
 		require.True(t, cfg.Fleet.Enabled, "service %s: fleet mode", name)
 		require.NotEmpty(t, cfg.Fleet.GatewayID, "service %s: TRIAGE_FLEET_GATEWAY_ID names it in the fleet's metrics", name)
 		require.NotContains(t, ids, cfg.Fleet.GatewayID, "service %s: fleet gateway id shared with %s", name, ids[cfg.Fleet.GatewayID])

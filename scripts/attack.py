@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Black-box checks of the gateway as an attacker would run them; each prints what it measured.
 
-Start a gateway first (for instance `bin/triage` with the built-in pools on 127.0.0.1:8080), then:
+Start a gateway first (for instance `bin/triage --simulate` with the built-in pools on 127.0.0.1:8080), then:
 
     scripts/attack.py slowbody --conns 5000          # declared-but-unsent bodies: RSS before/after
     scripts/attack.py users --requests 20000         # a new `user` per request (vtc-basic state)

@@ -246,6 +246,10 @@ type readiness struct {
 	FastPool bool `json:"fast_pool_healthy"`
 	SlowPool bool `json:"slow_pool_healthy"`
 	Draining bool `json:"draining"`
+	// Simulated is set when the pools are the built-in simulators (sim.enabled): ready, but
+	// every answer is made up. Absent otherwise.
+	Simulated bool   `json:"simulated,omitempty"`
+	Warning   string `json:"warning,omitempty"`
 }
 
 func (s *Server) readiness() readiness {
@@ -256,6 +260,10 @@ func (s *Server) readiness() readiness {
 		Draining: s.draining.Load(),
 	}
 	r.Ready = r.Model && r.FastPool && r.SlowPool && !r.Draining
+	if s.cfg.Sim.Enabled {
+		r.Simulated = true
+		r.Warning = "the pools are the built-in simulators (sim.enabled or --simulate): every answer is made up"
+	}
 	return r
 }
 

@@ -21,6 +21,9 @@ import (
 const (
 	// HeaderReplica names the replica (Config.Name) on every response.
 	HeaderReplica = "x-mockllm-replica"
+	// HeaderSimulated ("true") is on every response: the text is made up. The gateway passes
+	// it on to its clients, so no simulated answer can pass for a real model's.
+	HeaderSimulated = "x-simulated"
 	// HeaderCachedTokens is the number of prompt tokens served from the
 	// prefix cache, on successful generation responses.
 	HeaderCachedTokens = "x-mockllm-cached-tokens"
@@ -147,6 +150,7 @@ func (s *Server) Stats() Stats {
 // known paths with the wrong method 405, both as OpenAI-shaped JSON.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderReplica, s.cfg.Name)
+	w.Header().Set(HeaderSimulated, "true")
 	var method string
 	var handle func(http.ResponseWriter, *http.Request)
 	switch r.URL.Path {

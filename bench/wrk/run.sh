@@ -12,7 +12,7 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
 command -v wrk >/dev/null || { echo "wrk not installed: apt-get install wrk" >&2; exit 1; }
 gw_port=18931; hello_port=18932
-bin/triage --listen 127.0.0.1:$gw_port >/tmp/triage-wrk.log 2>&1 & gw=$!
+bin/triage --simulate --listen 127.0.0.1:$gw_port >/tmp/triage-wrk.log 2>&1 & gw=$!
 bin/triage-bench hello --listen 127.0.0.1:$hello_port >/dev/null 2>&1 & hello=$!
 trap 'kill $gw $hello 2>/dev/null; wait 2>/dev/null' EXIT
 for _ in $(seq 1 300); do curl -fs 127.0.0.1:$gw_port/readyz >/dev/null 2>&1 && break; sleep 0.1; done

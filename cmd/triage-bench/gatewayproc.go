@@ -30,7 +30,7 @@ type gatewayProc struct {
 }
 
 // startGateway starts the gateway on a free 127.0.0.1 port with configPath
-// (none: built-in defaults) and waits for /readyz.
+// (none: built-in defaults with the simulated pools, --simulate) and waits for /readyz.
 func startGateway(ctx context.Context, c *gatewayConfig, configPath, logPath string) (*gatewayProc, error) {
 	addr, err := freeAddr()
 	if err != nil {
@@ -39,6 +39,8 @@ func startGateway(ctx context.Context, c *gatewayConfig, configPath, logPath str
 	args := []string{"--listen", addr}
 	if configPath != "" {
 		args = append(args, "--config", configPath)
+	} else {
+		args = append(args, "--simulate")
 	}
 	logf, err := os.Create(logPath)
 	if err != nil {

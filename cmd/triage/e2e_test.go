@@ -39,7 +39,7 @@ func startGateway(t *testing.T, cfg config.Config) (string, *router.Router) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	p := parts{log: log, load: func() (router.Model, error) { return loadClassifier(cc) }}
-	if cfg.Pools.Builtin() {
+	if cfg.Sim.Enabled {
 		locals, err := listenBuiltin(&cfg, log)
 		require.NoError(t, err)
 		for _, l := range locals {
@@ -68,6 +68,7 @@ func startGateway(t *testing.T, cfg config.Config) (string, *router.Router) {
 
 // quickSims makes the built-in replicas answer at once.
 func quickSims(cfg *config.Config) {
+	cfg.Sim.Enabled = true
 	cfg.Sim.Fast.TTFTBase, cfg.Sim.Fast.PrefillPerToken, cfg.Sim.Fast.DecodePerToken, cfg.Sim.Fast.Jitter = 0, 0, 0, 0
 	cfg.Sim.Slow.TTFTBase, cfg.Sim.Slow.PrefillPerToken, cfg.Sim.Slow.DecodePerToken, cfg.Sim.Slow.Jitter = 0, 0, 0, 0
 }
@@ -106,6 +107,22 @@ func TestBuiltinPoolsServeEndToEnd(t *testing.T) {
 	var out struct{ Model string }
 	require.NoError(t, json.Unmarshal(body, &out))
 	require.Equal(t, "mock-"+resp.Header.Get("x-router-path"), out.Model, "the built-in pools' model names are filled in")
+	require.Equal(t, "true", resp.Header.Get("x-simulated"), "a made-up answer says so")
+
+	resp, body = get(t, url+"/readyz")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, string(body), `"simulated":true`)
+	require.Contains(t, string(body), "every answer is made up")
+}
+
+func get(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, b
 }
 
 type parityRow struct {
@@ -346,6 +363,7 @@ func TestFleetOfTwoGatewaysKeepsConversationsOnTheirReplica(t *testing.T) {
 	r := redistest.Start(t)
 	cfg := config.DefaultConfig()
 	quickSims(&cfg)
+	cfg.Sim.Enabled = false // the replicas below are started here, shared by both gateways
 	// One set of replicas for both gateways (built-in pools would give each its own).
 	for _, p := range []struct {
 		pool *upstream.PoolConfig

@@ -2,7 +2,7 @@
 // fast and the slow pool under the current load, and proxies the request to a replica of the
 // chosen pool.
 //
-//	triage                               # built-in simulated pools on 127.0.0.1:8080
+//	triage --simulate                    # built-in simulated pools on 127.0.0.1:8080
 //	triage --config triage.yaml --listen 0.0.0.0:8080
 //	triage --print-config                # the effective configuration, secrets redacted
 //
@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -53,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard) // usage is printed by us, on --help only
 	configPath := fs.String("config", "", "YAML config file (default: $TRIAGE_CONFIG, else built-in defaults)")
 	listen := fs.String("listen", config.DefaultServerConfig().Listen, "address to serve on; overrides server.listen")
+	simulate := fs.Bool("simulate", false, "start the built-in simulated fast and slow pools (sim.enabled): every answer is made up; for demos and tests, never with configured replicas")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as YAML (secrets redacted) and exit")
 	printExample := fs.Bool("print-example", false, "print the commented example configuration (every setting with its default) and exit")
 	healthcheck := fs.Bool("healthcheck", false, "GET /healthz of the gateway at the configured listen address (127.0.0.1 for a wildcard host) and exit 0 if it answers 200, else 1: the image's HEALTHCHECK")
@@ -70,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err := stdout.Write(config.Example)
 		return err
 	}
-	src := config.Sources{File: *configPath}
+	src := config.Sources{File: *configPath, Simulate: *simulate, ListenOnly: *healthcheck, InstallRoot: installRoot()}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "listen" {
 			src.Listen = *listen
@@ -102,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // built-in simulators, and stops them in order) and the SIGHUP reloader.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var backends []server.Backend
-	if cfg.Pools.Builtin() {
+	if cfg.Sim.Enabled {
 		locals, err := listenBuiltin(&cfg, log)
 		if err != nil {
 			return err
@@ -111,7 +113,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			defer l.Close() // the server closes the listeners when it runs; this covers a failed build
 			backends = append(backends, l)
 		}
-		log.Info("no pools configured: using the built-in simulated pools",
+		// WARN, not INFO: an operator scanning for trouble must see that nothing is real.
+		log.Warn("SIMULATED POOLS: sim.enabled (or --simulate) is set, every answer is made up by the "+
+			"built-in simulator; not for production",
 			"fast_replicas", len(cfg.Pools.Fast.Replicas), "slow_replicas", len(cfg.Pools.Slow.Replicas))
 	}
 	srv, rt, err := build(cfg, parts{log: log, backends: backends})
@@ -237,8 +241,25 @@ func listenBuiltin(cfg *config.Config, log *slog.Logger) ([]*sim.Local, error) {
 	return []*sim.Local{fast, slow}, nil
 }
 
+// installRoot is the directory above the executable's (the repository root for bin/triage),
+// where the default model paths are looked for when the working directory lacks them. Empty
+// when the executable cannot be found.
+func installRoot() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	return filepath.Dir(filepath.Dir(exe))
+}
+
 // loadClassifier builds the real model; a failed load must not yield a typed nil.
 func loadClassifier(cfg classifier.Config) (router.Model, error) {
+	if err := cfg.CheckFiles("classifier"); err != nil {
+		return nil, err
+	}
 	c, err := classifier.New(cfg)
 	if err != nil {
 		return nil, err
@@ -260,8 +281,10 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: triage [flags]
 
 Triage classifies each request's prompt (fast or slow), decides under the current slow-pool
-load, and proxies it to a replica of the chosen pool. With no configuration it starts
-built-in simulated fast and slow pools, so 'triage' alone shows the whole system.
+load, and proxies it to a replica of the chosen pool. Both pools must list replicas
+(pools.fast.replicas, pools.slow.replicas); 'triage --simulate' instead starts built-in
+simulated fast and slow pools, so one command shows the whole system. A configuration
+without replicas stops at startup: the simulators never start by accident.
 
 Flags:
 `)
@@ -276,7 +299,7 @@ Configuration is loaded in this order, later sources winning:
   3. environment variables %s<PATH>: the setting's YAML path with dots as underscores,
      upper-cased (decision.alpha -> TRIAGE_DECISION_ALPHA); scalar settings only,
      an unknown %s variable is an error
-  4. --listen
+  4. --listen and --simulate
 Durations are strings like "50ms" or "1m30s". 'triage --print-config' shows the result.
 
 Signals: SIGHUP reloads the classifier model; SIGINT/SIGTERM shut down gracefully.

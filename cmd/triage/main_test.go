@@ -40,7 +40,7 @@ func TestPrintConfigAppliesFileEnvAndFlag(t *testing.T) {
 	path := filepath.Join(dir, "t.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("decision:\n  alpha: 0.2\nadmin:\n  token: a-very-secret-admin-token\n"), 0o600))
 	t.Setenv("TRIAGE_BATCHER_MAX_BATCH", "16")
-	out, err := runArgs(t, "--config", path, "--listen", "0.0.0.0:9999", "--print-config")
+	out, err := runArgs(t, "--config", path, "--listen", "0.0.0.0:9999", "--simulate", "--print-config")
 	require.NoError(t, err)
 	require.NotContains(t, out, "very-secret")
 	var cfg map[string]map[string]any
@@ -88,4 +88,30 @@ func TestStartupErrorsNameTheProblem(t *testing.T) {
 	_, err = runArgs(t)
 	require.ErrorContains(t, err, "TRIAGE_NOPE")
 	require.False(t, strings.Contains(err.Error(), "listening"))
+}
+
+// Fail closed: a configuration whose pools have no replica never starts the simulators.
+// The gateway stops before listening, naming each empty pool and the way to ask for them.
+func TestNoReplicasStopsAtStartupUnlessSimulated(t *testing.T) {
+	dir := t.TempDir()
+	noReplicas := filepath.Join(dir, "no-replicas.yaml")
+	require.NoError(t, os.WriteFile(noReplicas, []byte("pools:\n  fast: {model: small}\n  slow: {model: big}\n"), 0o600))
+	for _, args := range [][]string{{}, {"--config", noReplicas}} {
+		_, err := runArgs(t, append(args, "--listen", "127.0.0.1:0")...)
+		require.Error(t, err, "args %v", args)
+		require.ErrorContains(t, err, `pools.fast.replicas: pool "fast" has no replica`)
+		require.ErrorContains(t, err, `pools.slow.replicas: pool "slow" has no replica`)
+		require.ErrorContains(t, err, "--simulate")
+	}
+
+	withReplicas := filepath.Join(dir, "replicas.yaml")
+	require.NoError(t, os.WriteFile(withReplicas, []byte("pools:\n  fast:\n    replicas: [{url: \"http://127.0.0.1:9\"}]\n"+
+		"  slow:\n    replicas: [{url: \"http://127.0.0.1:9\"}]\n"), 0o600))
+	_, err := runArgs(t, "--config", withReplicas, "--simulate", "--print-config")
+	require.ErrorContains(t, err, "cannot be combined with configured replicas")
+
+	// The image's health check runs beside a gateway started with --simulate and does not
+	// see that flag: it needs the listen address only.
+	_, err = runArgs(t, "--config", noReplicas, "--healthcheck", "--listen", "127.0.0.1:1")
+	require.ErrorContains(t, err, "health check")
 }

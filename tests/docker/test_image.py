@@ -100,7 +100,8 @@ def ready(container, port=8080, timeout=120):
 
 @pytest.fixture(scope="module")
 def solo():
-    c = Container("solo", publish=[8080])
+    # The image's default config has no replicas: without --simulate it would stop (fail closed).
+    c = Container("solo", publish=[8080], command=["--simulate"])
     try:
         yield c, ready(c)
     finally:
@@ -117,6 +118,24 @@ def test_runs_as_uid_10001_on_a_read_only_root(solo):
     denied = c.exec("touch", "/app/written")
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr
     assert c.exec("touch", "/tmp/written").returncode == 0, "the /tmp tmpfs is writable"
+
+
+def test_bare_image_fails_closed():
+    """The image's default config lists no replica: started without --simulate it must stop,
+    naming the pools, rather than answer with the simulators' made-up text."""
+    r = subprocess.run(["docker", "run", "--rm", "--label", LABEL, "--read-only", "--tmpfs", "/tmp", IMAGE],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert 'pool "fast" has no replica' in r.stderr and "--simulate" in r.stderr, r.stderr
+
+
+def test_simulated_answers_say_so(solo):
+    _, url = solo
+    ready = httpx.get(url + "/readyz", timeout=10).json()
+    assert ready["simulated"] is True and "made up" in ready["warning"]
+    r = httpx.post(url + "/v1/chat/completions", timeout=30,
+                   json={"max_tokens": 2, "messages": [{"role": "user", "content": "Say hi"}]})
+    assert r.status_code == 200 and r.headers["x-simulated"] == "true", r.text
 
 
 def test_ready_and_query_process(solo):
