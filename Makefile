@@ -187,7 +187,7 @@ bench-fail-open: build
 	    --out bench/results/fail-open/$$n $(ARGS) || exit 1; \
 	done
 
-# The gateway's own cost as NVIDIA's aiperf measures it (README "Measure it yourself").
+# The gateway's own cost as NVIDIA's aiperf measures it (docs/gateway.md, "Measure it yourself").
 ## the gateway's own cost as NVIDIA's aiperf measures it (bench/aiperf/measure.sh)
 bench-aiperf: build setup-aiperf
 	bench/aiperf/measure.sh
