@@ -205,7 +205,7 @@ clean:
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(DEPS)/bin/staticcheck
 
-## install staticcheck $(STATICCHECK_VERSION) into .deps/bin from the Go module proxy (no root)
+## install the pinned staticcheck (STATICCHECK_VERSION) into .deps/bin from the Go module proxy (no root)
 setup-lint:
 	@if [ "$$($(STATICCHECK) -version 2>/dev/null | sed -n 's/.*(\(.*\))$$/v\1/p')" != "$(STATICCHECK_VERSION)" ]; then \
 	  echo "installing staticcheck $(STATICCHECK_VERSION) into .deps/bin"; \
