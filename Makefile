@@ -12,41 +12,50 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
 
+## the default: build
 all: build
 
+# `make help` prints every target that has a `## ` line right above it, with that line, in
+# the Makefile's order; a phony target without one is listed after them, so none goes unseen.
+## list the targets and what each does (this text)
 help:
-	@echo "make run    — set up, build and run the gateway with built-in simulated pools on 127.0.0.1:8080"
-	@echo "make test   — set up and run the whole test suite (Go with -race, notebook, Python client tests, image and compose stack)"
-	@echo "make image  — build the Docker image triage:dev from docker/Dockerfile (installs and starts the engine; root)"
-	@echo "make setup  — install ONNX Runtime, libtokenizers, encoders and the Python venv into .deps/"
-	@echo "make build  — build bin/triage, bin/mockllm, bin/triage-bench"
-	@echo "make bench  — classifier and gateway benchmarks (numbers quoted in README.md)"
-	@echo "make train  — re-run the notebook and overwrite models/ (commit the result)"
+	@awk '/^## / { doc = substr($$0, 4); next } \
+	  /^[a-zA-Z0-9_-]+:/ { t = $$1; sub(/:.*/, "", t); if (doc != "") { printf "  make %-26s %s\n", t, doc; seen[t] = 1 } } \
+	  { doc = "" } \
+	  /^\.PHONY:/ { for (i = 2; i <= NF; i++) phony[$$i] = 1 } \
+	  END { for (t in phony) if (!(t in seen)) rest = rest " " t; if (rest != "") print "  undocumented:" rest }' $(firstword $(MAKEFILE_LIST))
 
+## install ONNX Runtime, libtokenizers, the encoders and the notebook's Python venv into .deps/ (idempotent, sha256-checked)
 setup:
 	@scripts/setup.sh
 
+## build bin/triage, bin/mockllm and bin/triage-bench
 build: setup
 	$(GO) build -o bin/ ./cmd/...
 
+## set up, build and run the gateway with the built-in simulated pools (--simulate) on 127.0.0.1:8080; ARGS= adds flags
 run: build
 	bin/triage --simulate $(ARGS)
 
+## set up and run the whole test suite, what CI runs (Go with -race, fuzzing, notebook, Python clients, image and compose stack)
 test: setup test-go test-fuzz test-notebook test-train-example test-python test-docker
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
+## install promtool and prometheus (Debian package; root)
 setup-prom:
 	@scripts/setup.sh prom
 
 # redis-server (Debian package, Redis 7) for fleet mode's tests; root, like setup-prom.
+## install redis-server (Debian package; root) for fleet mode's tests
 setup-redis:
 	@scripts/setup.sh redis
 
 # build first: deploy/ starts the real gateway, built with these same flags, so
 # its own `go build` is then only a link step.
+## go vet and every Go test with -race (needs setup-prom and setup-redis)
 test-go: setup-prom setup-redis build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -64,6 +73,7 @@ FUZZ_TARGETS := \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
 	upstream:FuzzCheckHeader config:FuzzConfigYAML fleet:FuzzWireDecode
 
+## fuzz every Fuzz target for FUZZTIME (20s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup
 	@mkdir -p out/fuzz; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== fuzz ./$$pkg $$fn for $(FUZZTIME)"; \
@@ -76,6 +86,7 @@ test-fuzz: setup
 
 # Re-trains from scratch into a scratch folder and checks that the committed
 # models/ is what the notebook produces (same head, same metrics).
+## re-train from scratch and check that models/ is what the notebook produces
 test-notebook:
 	rm -rf $(DEPS)/ci-models
 	cd train && TRIAGE_EXPORT_DIR=$(DEPS)/ci-models $(VENV)/bin/jupyter nbconvert --to notebook --execute \
@@ -86,6 +97,7 @@ test-notebook:
 # the notebook on train/examples/operator-example.jsonl (400 rows derived from
 # Dolly; 500 out-of-category rows for the band rule), then a check that the
 # export is complete. About a minute.
+## retrain on train/examples/operator-example.jsonl and check the export (about a minute)
 test-train-example:
 	cd train && $(VENV)/bin/python -m pytest -q -p no:cacheprovider test_dataset.py
 	rm -rf $(DEPS)/ci-example
@@ -96,14 +108,17 @@ test-train-example:
 
 # aiperf (NVIDIA's benchmark client, ~1.2 GB of dependencies in its own venv) is needed only by
 # tests/test_aiperf.py and make bench-aiperf, so it is not part of the setup make run needs.
+## install NVIDIA's aiperf client into .deps/aiperf-venv (test and benchmark only)
 setup-aiperf:
 	@scripts/setup.sh aiperf
 
+## the official openai client and aiperf against the built gateway (tests/)
 test-python: build setup-aiperf
 	$(VENV)/bin/python -m pytest -q tests/ --ignore=tests/docker
 
 # Docker engine (Debian's docker.io, docker-compose, debootstrap) installed and
 # running; needs root (apt-get, dockerd).
+## install and start the Docker engine, docker-compose and debootstrap (Debian packages; root)
 setup-docker:
 	@scripts/setup.sh docker
 	@scripts/dockerd.sh
@@ -112,6 +127,7 @@ setup-docker:
 # pulled are built locally first (scripts/standin-images.sh); the ONNX Runtime
 # and encoders already verified in .deps/ are handed to the build
 # (scripts/build-image.sh). Layers stay in the engine's cache between runs.
+## build the Docker image triage:dev from docker/Dockerfile (installs and starts the engine; root)
 image: setup-docker
 	@scripts/standin-images.sh --dockerfile
 	@scripts/build-image.sh
@@ -119,18 +135,22 @@ image: setup-docker
 # The image and the compose stack run for real: image contents and the compose
 # stack with Prometheus (deploy/, -tags docker), the container with the openai
 # client (tests/docker/).
+## build the image and test it, its containers and the compose stack
 test-docker: setup image
 	@scripts/standin-images.sh --compose
 	$(GO) test -count=1 -tags docker -run '^(TestImage|TestComposeUp)$$' -timeout 15m ./deploy/
 	$(VENV)/bin/python -m pytest -q tests/docker
 
+## classifier and gateway benchmarks (bench-classifier, bench-gateway)
 bench: bench-classifier bench-gateway
 
+## encoder and static-stage speed benchmarks (go test -bench in classifier/)
 bench-classifier: setup
 	$(GO) test -run '^$$' -bench 'Classify|Static' -benchtime 3s -timeout 30m ./classifier/
 
 # The gateway scenarios (starts bin/triage itself) and the replica-policy sweep;
 # results land in bench/results/gateway/ and bench/results/policies/ (see bench/README.md).
+## the gateway scenarios and the replica-policy sweep into bench/results/
 bench-gateway: build
 	bin/triage-bench gateway --out bench/results/gateway $(ARGS)
 	bin/triage-bench policies --seeds 1,2,3 --out bench/results/policies --plot $(ARGS)
@@ -139,6 +159,7 @@ bench-gateway: build
 # a replica that slows down mid-run, one heavy user among light ones. Results in
 # bench/results/policies-<scenario>/ (see bench/README.md). The degrading run is 30 s long so that
 # its slow stretch (the middle half) outlasts the 1 s scrapes many times.
+## the replica-policy sweep on heterogeneous, degrading and heavy-tenant scenarios
 bench-policies-scenarios: build
 	bin/triage-bench policies --scenario heterogeneous --seeds 1,2,3 --out bench/results/policies-heterogeneous --plot $(ARGS)
 	bin/triage-bench policies --scenario degrading --duration 30s --out bench/results/policies-degrading --plot $(ARGS)
@@ -147,6 +168,7 @@ bench-policies-scenarios: build
 # The classifier cascade on vs off, on Dolly texts and on ~256-word-piece prompts (190
 # words): seq-miss (1 client) and conc-miss (32 clients), each with the gateway's CPU per
 # 1,000 requests. Results in bench/results/cascade/<on|off>-<words>/.
+## the classifier cascade on vs off, on Dolly texts and on long prompts
 bench-cascade: build
 	for mode in on off; do for words in 0 190; do \
 	  bin/triage-bench gateway --scenarios seq-miss,conc-miss --config bench/configs/cascade-$$mode.yaml \
@@ -156,6 +178,7 @@ bench-cascade: build
 # The classifier's fail-open routing: 32, 8 and 1 clients, streaming chat with a new
 # ~256-token prompt each, before fail-open (no budget, 429 on a full queue) and with each
 # budget, cascade on and off. About 13 minutes. Results in bench/results/fail-open/<clients>/.
+## the classifier's fail-open routing at 32, 8 and 1 clients (about 13 minutes)
 bench-fail-open: build
 	bin/triage-bench gateway --scenarios fail-open --fail-open-clients 32 --fail-open-budgets 25ms,50ms,100ms,250ms \
 	  --out bench/results/fail-open/32 $(ARGS)
@@ -164,12 +187,39 @@ bench-fail-open: build
 	    --out bench/results/fail-open/$$n $(ARGS) || exit 1; \
 	done
 
-# The gateway's own cost as NVIDIA's aiperf measures it (README "Measure it yourself").
+# The gateway's own cost as NVIDIA's aiperf measures it (docs/gateway.md, "Measure it yourself").
+## the gateway's own cost as NVIDIA's aiperf measures it (bench/aiperf/measure.sh)
 bench-aiperf: build setup-aiperf
 	bench/aiperf/measure.sh
 
+## re-run the notebook and overwrite models/ (commit the result)
 train: setup
 	cd train && $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=3600 classifier.ipynb
 
+## remove bin/
 clean:
 	rm -rf bin
+
+# staticcheck, pinned: 2026.2.2 (module v0.8.2), whose go.mod says go 1.26.0 like ours; the
+# 2026.1 releases (v0.7.x) are built for go 1.25. Its configuration is staticcheck.conf.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(DEPS)/bin/staticcheck
+
+## install the pinned staticcheck (STATICCHECK_VERSION) into .deps/bin from the Go module proxy (no root)
+setup-lint:
+	@if [ "$$($(STATICCHECK) -version 2>/dev/null | sed -n 's/.*(\(.*\))$$/v\1/p')" != "$(STATICCHECK_VERSION)" ]; then \
+	  echo "installing staticcheck $(STATICCHECK_VERSION) into .deps/bin"; \
+	  GOBIN=$(DEPS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); fi
+
+# The quick habits before a commit, none of which needs root or `make setup`: gofmt (fails on an
+# unformatted file), go vet and staticcheck of every package (cgo is only type-checked, so
+# classifier needs no libtokenizers.a), and the tests of the packages that build with
+# CGO_ENABLED=0 (scripts/purego-packages.sh computes them; `make test-go` runs them all, with
+# -race). fleet's tests start redis-server (`make setup-redis`).
+## gofmt, go vet, staticcheck and the pure-Go tests: the checks before a commit (a few minutes, no root)
+check: setup-lint
+	@files=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...)); \
+	  if [ -n "$$files" ]; then echo "gofmt: these files are not formatted (gofmt -w them):"; echo "$$files"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 5m $$(scripts/purego-packages.sh)

@@ -2,12 +2,15 @@
 //
 // # Purpose
 //
-// [Config] composes one section per part: server (HTTP limits and timeouts), classifier,
-// cache, batcher, decision, pools (fast and slow: upstream pool, replica policy and
-// admission), sim (the built-in simulated pools used when no pool has replicas), admin and
-// log. Each section's type, defaults and Validate belong to the package that owns the part;
-// this package only composes them, roots their error messages at the section's path and
-// adds the sections that belong to no other package.
+// [Config] composes one section per part: server (HTTP limits and
+// timeouts), classifier, cache (the result cache), cascade (the classifier's static first
+// stage and its band), batcher, decision (fast or slow, the slow-path and slow-share
+// budgets), routing (the classification budget, the fallback and model names), pools (fast
+// and slow: upstream pool, replica policy and admission), sim (the built-in simulated pools,
+// started only with --simulate or sim.enabled), fleet (shared state on Redis), admin, auth
+// (client API keys) and log. Each section's type, defaults and Validate belong to the
+// package that owns the part; this package only composes them, roots their error messages
+// at the section's path and adds the sections that belong to no other package.
 //
 // [Load] builds a Config from, in increasing precedence: [DefaultConfig]; one YAML file
 // (gopkg.in/yaml.v3 with KnownFields, so an unknown key stops startup naming the key and its
@@ -16,9 +19,9 @@
 // reflection (decision.alpha → TRIAGE_DECISION_ALPHA; an unknown TRIAGE_ variable or an
 // unparsable value is an error naming the variable), including the settings a type keeps in
 // sections of their own rather than in struct fields, as policy.Config keeps one per replica
-// policy (see sectioned in env.go); the --listen flag. Then every section is validated and
-// all problems are reported at once, joined, each prefixed by its path ("decision.alpha: must
-// be >= 0, got -1"). Nothing is ever clamped or defaulted silently.
+// policy (see sectioned in env.go); the --listen and --simulate flags. Then every section is
+// validated and all problems are reported at once, joined, each prefixed by its path
+// ("decision.alpha: must be >= 0, got -1"). Nothing is ever clamped or defaulted silently.
 //
 // Durations are Go duration strings ("50ms"). Sections typed with time.Duration (server,
 // cache, batcher, sim, the replica policies) decode through yaml.v3's native support or the

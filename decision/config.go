@@ -51,8 +51,9 @@ type Config struct {
 	ShareUnit string `yaml:"share_unit"`
 }
 
-// DefaultConfig returns the original design's values: quadratic policy, base 0.5, alpha 0.45, 50 slow
-// slots; grey zone [0.45, 0.55] with queue bounds 3 and 10.
+// DefaultConfig returns the original Triage design's values (docs/sources.md): quadratic
+// policy, base 0.5, alpha 0.45, 50 slow slots; grey zone [0.45, 0.55] with queue bounds 3
+// and 10.
 func DefaultConfig() Config {
 	return Config{
 		Policy:             PolicyQuadratic,

@@ -5,10 +5,10 @@ import "math"
 var _ Policy = (*GreyZone)(nil)
 
 // GreyZone trusts the model's label except in an uncertain band around the cutoff, where the
-// batcher's queue length decides (the original Triage design's first version). It ignores
-// slow-pool occupancy, which is why that design replaced it; it is kept for comparison. The
-// band should contain the model's cutoff (0.5 for the shipped model); outside it the label
-// decides whatever the band.
+// batcher's queue length decides (the original Triage design's first version, see
+// docs/sources.md). It ignores slow-pool occupancy, which is why that design replaced it; it
+// is kept for comparison. The band should contain the model's cutoff (0.5 for the shipped
+// model); outside it the label decides whatever the band.
 //
 // Build it with NewPolicy from a validated Config; the fields are exported for tests and tools.
 type GreyZone struct {

@@ -3,7 +3,7 @@ package decision
 var _ Policy = (*Quadratic)(nil)
 
 // Quadratic raises the slow-path threshold with the square of the slow pool's load (the
-// original Triage design's second version): threshold = Base + Alpha·load². Slow iff
+// original Triage design's second version, docs/sources.md): threshold = Base + Alpha·load². Slow iff
 // P(slow) > threshold. The square keeps the threshold near Base under light load and tightens
 // it quickly as the pool fills. Base is the idle threshold: equal to the model's cutoff (the
 // default, 0.5, is the shipped model's) the idle decision is the model's label; below it more

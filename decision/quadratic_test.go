@@ -23,7 +23,8 @@ func defaultQuadratic(t *testing.T) *Quadratic {
 	return q
 }
 
-// TestQuadraticCurve pins the original design's published curve.
+// TestQuadraticCurve pins the curve of the original Triage design (docs/sources.md):
+// 0.5 + 0.45·load².
 func TestQuadraticCurve(t *testing.T) {
 	q := defaultQuadratic(t)
 	tests := []struct {

@@ -27,7 +27,7 @@ import (
 )
 
 // imageSizeGoal is the most the image may weigh (the engine's uncompressed size, in bytes):
-// README.md quotes the measured size and what takes the room.
+// docs/deployment.md quotes the measured size and what takes the room.
 const imageSizeGoal = 250_000_000
 
 // needle is a byte string that must not occur in the image, and why.
@@ -286,7 +286,7 @@ func TestImage(t *testing.T) {
 			require.Contains(t, files, f)
 		}
 
-		// What takes the room, for README.md.
+		// What takes the room, for docs/deployment.md.
 		groups := map[string]int64{}
 		for name, f := range files {
 			parts := strings.Split(name, "/")

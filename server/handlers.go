@@ -17,8 +17,9 @@ import (
 	"github.com/triage-gw/triage/upstream/policy"
 )
 
-// handleQueryProcess is the original Triage design's contract: classify, decide, execute a small chat
-// completion on the chosen pool, answer {"label":"0"} (fast) or {"label":"1"} (slow).
+// handleQueryProcess serves the contract of the original Triage design's Python prototype
+// (docs/sources.md): classify, decide, execute a small chat completion on the chosen pool,
+// answer {"label":"0"} (fast) or {"label":"1"} (slow).
 func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 	if err := requireJSON(c); err != nil {
 		return err

@@ -103,7 +103,8 @@ func FastPreset() Config {
 }
 
 // SlowPreset is a large model: 20–60 ms per output token, so a 50-token
-// answer takes 1–3 s, like the original design's uniform 1–3 s slow path.
+// answer takes 1–3 s, like the uniform 1–3 s slow path of the original Triage
+// design's Python prototype (docs/sources.md).
 func SlowPreset() Config {
 	c := FastPreset()
 	c.Name = "mockllm-slow"

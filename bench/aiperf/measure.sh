@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# measure.sh — the gateway's own cost as NVIDIA's aiperf sees it (README "Measure it yourself").
+# measure.sh — the gateway's own cost as NVIDIA's aiperf sees it (docs/gateway.md, "Measure it yourself").
 #
 # Starts one mockllm replica (fast preset) and a gateway whose fast and slow pools are both
 # that replica, then runs aiperf four times for DURATION seconds each: streaming chat at

@@ -7,17 +7,19 @@
 // session) and one [Candidate] per replica (router-local in-flight count,
 // scraped queue depth and KV-cache use) and returns the index of the replica
 // to send the request to. Pickers that learn from finished requests also
-// implement [Finisher]. Fourteen policies are provided: least-request,
-// round-robin and random (baselines); prefix-cache and vtc-basic, and the
-// signal policies least-kv-cache (alias least-gpu-cache), least-utilization,
-// least-busy-time, throughput and least-latency (from AIBrix's routing
-// algorithms); weighted (the scorer mix of the BLIS cluster simulator and
-// llm-d's endpoint picker) and lmetric (from the agentic KV-cache policy
-// study, its B3 policies); and AIBrix's SLO family, slo-least-load (also
-// named slo) and slo-pack-load, which pick among the replicas predicted to
-// meet the request's TTFT target (Request.TTFTTarget) from a TTFT-against-load
-// line the policy fits to the gateway's own measurements, reported by the
-// pool through [TTFTObserver]. [New] builds the one a [Config] names;
+// implement [Finisher]. Fifteen policies are provided (seventeen names with
+// the aliases least-gpu-cache and slo): least-request, round-robin and random
+// (baselines); prefix-cache and vtc-basic, and the signal policies
+// least-kv-cache (alias least-gpu-cache), least-utilization, least-busy-time,
+// throughput and least-latency (from AIBrix's routing algorithms);
+// prefix-cache-preble (the global scheduler of the Preble paper); weighted
+// (the scorer mix of the BLIS cluster simulator and llm-d's endpoint picker)
+// and lmetric (from the agentic KV-cache policy study, its B3 policies); and
+// AIBrix's SLO family, slo-least-load (also named slo) and slo-pack-load,
+// which pick among the replicas predicted to meet the request's TTFT target
+// (Request.TTFTTarget) from a TTFT-against-load line the policy fits to the
+// gateway's own measurements, reported by the pool through [TTFTObserver].
+// docs/sources.md names each source. [New] builds the one a [Config] names;
 // [Names] lists them.
 //
 // The signal policies rank replicas by one reading each, lowest first, and

@@ -81,7 +81,9 @@ type Picker interface {
 }
 
 // Finisher is implemented by pickers that learn from completed requests
-// (vtc-basic counts output tokens; lmetric tracks pending prefill).
+// (least-busy-time ends the request's busy time; lmetric tracks pending
+// prefill; prefix-cache-preble moves its expected output length; vtc-basic counts
+// output tokens).
 // Done is called once per picked request, after its response ended.
 type Finisher interface {
 	Done(req *Request, replicaID string, outputTokens int)

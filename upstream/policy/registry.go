@@ -127,7 +127,8 @@ func Names() []string { return slices.Sorted(maps.Keys(byName)) }
 // New validates cfg (errors named from "policy") and builds the policy it
 // names from its section, with a Tracer attached when cfg.Trace.Enabled
 // (read it through Traceable). Pickers that learn from finished requests
-// (lmetric, vtc-basic) also implement Finisher.
+// (least-busy-time, lmetric, prefix-cache-preble, vtc-basic) also implement
+// Finisher.
 func New(cfg Config, env Env) (Picker, error) {
 	if err := cfg.ValidateAt("policy"); err != nil {
 		return nil, err
