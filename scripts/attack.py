@@ -6,6 +6,7 @@ Start a gateway first (for instance `bin/triage --simulate` with the built-in po
     scripts/attack.py slowbody --conns 5000          # declared-but-unsent bodies: RSS before/after
     scripts/attack.py users --requests 20000         # a new `user` per request (vtc-basic state)
     scripts/attack.py early413 --mib 4               # urllib writes a too-large body before reading
+    scripts/attack.py leave --clients 20             # clients that leave a ~10 s generation after 1 s
 
 The gateway's RSS is read from /proc/<pid>/status; --pid defaults to the process listening on
 the target port. Needs only the standard library (and psutil to find the pid when --pid is not
@@ -132,6 +133,54 @@ def early413(a):
     print(json.dumps({"body_bytes": len(body), "tries": a.tries, "results": results}))
 
 
+def metric_sum(text, name):
+    """Sum of the samples of the family name (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def leave(a):
+    """Clients send non-streaming chat completions pinned to the slow pool (its model, mock-slow
+    with the built-in pools), long enough to take ~10 s, and close their connection after
+    --after seconds. Prints how long the slow-path slots and in-flight counts took to come back."""
+    base = f"http://{a.host}:{a.port}"
+    gauges = ("triage_slow_active", "triage_inflight_requests", "triage_upstream_inflight")
+
+    def read():
+        text = urllib.request.urlopen(base + "/metrics").read().decode()
+        return {k: metric_sum(text, k) for k in gauges + ("triage_server_client_gone_total",)}
+
+    before = read()
+    body = json.dumps({"model": a.model, "max_tokens": a.max_tokens,
+                       "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}]}).encode()
+    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {a.host}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    socks = []
+    for _ in range(a.clients):
+        s = socket.create_connection((a.host, a.port))
+        s.sendall(req)
+        socks.append(s)
+    time.sleep(a.after)
+    during = read()
+    for s in socks:
+        s.close()
+    left = time.monotonic()
+    released, after = None, during
+    while time.monotonic() - left < a.wait:
+        after = read()
+        # The /metrics request reading them is itself in flight.
+        if all(after[k] <= before[k] + (1 if k == "triage_inflight_requests" else 0) for k in gauges):
+            released = round((time.monotonic() - left) * 1000)
+            break
+        time.sleep(0.05)
+    print(json.dumps({"clients": a.clients, "left_after_s": a.after, "while_waiting": during,
+                      "released_ms": released, "after": after,
+                      "client_gone": after["triage_server_client_gone_total"] - before["triage_server_client_gone_total"]}))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
@@ -150,8 +199,14 @@ def main():
     e = sub.add_parser("early413")
     e.add_argument("--mib", type=int, default=4)
     e.add_argument("--tries", type=int, default=20)
+    lv = sub.add_parser("leave")
+    lv.add_argument("--clients", type=int, default=20)
+    lv.add_argument("--after", type=float, default=1.0, help="seconds before each client closes")
+    lv.add_argument("--model", default="mock-slow", help="a model the slow pool serves (pins the requests there)")
+    lv.add_argument("--max-tokens", type=int, default=250, help="250 tokens at the slow simulator's 40 ms: ~10 s")
+    lv.add_argument("--wait", type=float, default=15.0, help="how long to wait for the release")
     a = p.parse_args()
-    {"slowbody": slowbody, "users": users, "early413": early413}[a.cmd](a)
+    {"slowbody": slowbody, "users": users, "early413": early413, "leave": leave}[a.cmd](a)
 
 
 if __name__ == "__main__":

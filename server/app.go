@@ -176,6 +176,10 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	c.Status(ae.status)
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	c.Response().SetBody(b)
+	if ae.status == statusClientClosedRequest {
+		// The socket has seen its end of file or reset: nothing more comes on it.
+		c.Context().SetConnectionClose()
+	}
 }
 
 // handleFiberError answers what fiber raises before a handler runs: no route (404), wrong

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,7 +83,13 @@ func (l *connListener) Accept() (net.Conn, error) {
 			l.reject(c, err)
 			continue
 		}
-		return &trackedConn{Conn: c, l: l, ip: ip}, nil
+		tc := &trackedConn{Conn: c, l: l, ip: ip}
+		if sc, ok := c.(syscall.Conn); ok {
+			// Once per connection, so watching a request for its client's departure
+			// (goneWatcher) allocates nothing for the socket.
+			tc.raw, _ = sc.SyscallConn()
+		}
+		return tc, nil
 	}
 }
 
@@ -166,8 +173,9 @@ func remoteIP(a net.Addr) string {
 // the request asked for it (lingerOnClose).
 type trackedConn struct {
 	net.Conn
-	l  *connListener
-	ip string
+	l   *connListener
+	ip  string
+	raw syscall.RawConn // the socket, for goneWatcher; nil when Conn is not a plain socket
 
 	mu        sync.Mutex
 	lingering bool

@@ -35,6 +35,11 @@
 // unfinished), releases the slow slot and ends the request's accounting. A client that
 // disconnects is noticed at the next chunk written to it.
 //
+// Before that, while a handler waits on a replica, fasthttp does not read the client's
+// connection: one goroutine of the server, the goneWatcher, peeks at the sockets of the
+// requests waiting upstream every 250 ms and cancels those whose client closed or reset its
+// connection (gone.go), so the replica stops generating for nobody.
+//
 // fiber's request context never cancels, so each request gets its own context from the
 // server's base context, bounded by server.request_timeout (lifted for a stream once its
 // headers are out, when the pool's stream-idle timeout takes over).
@@ -46,7 +51,8 @@
 // backends (built-in simulators), then the router and the pools, then serves; when its
 // context ends it shuts down in order: readiness drops, the listener closes, in-flight
 // requests (streams included) get server.shutdown_timeout to finish and are then cut through
-// the base context; the router (batcher, then the model) and the pools stop; the backends
+// the base context; the router (batcher, then the model), the pools and the client-gone
+// watcher stop; the backends
 // stop last, so requests drained above could still reach them. Run owns every goroutine it
 // starts and returns after all of them.
 package server

@@ -109,6 +109,7 @@ func (e *upstreamStatusError) Error() string {
 //	upstream.ErrRejected                       429, Retry-After: 1
 //	upstream.ErrNoHealthyReplica               503
 //	upstream.ErrUpstreamTimeout, deadline      504
+//	errClientGone                              499 client_closed_request (nobody reads it)
 //	router.ErrClosed, shutting down, no model  503 (context.Canceled: cut by shutdown)
 //	*router.UnclassifiableError                400 unclassifiable_text
 //	*upstream.UpstreamError                    502 naming pool, replica id and the kind of failure
@@ -164,6 +165,9 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 			message: fmt.Sprintf("upstream %s/%s: no response in time", ue.Pool, ue.Replica)}
 	case errors.Is(err, upstream.ErrUpstreamTimeout), errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, typ: typeTimeout, code: "timeout", message: err.Error()}
+	case errors.Is(err, errClientGone):
+		return &apiError{status: statusClientClosedRequest, typ: typeInvalidRequest, code: "client_closed_request",
+			message: err.Error()}
 	case errors.Is(err, router.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, context.Canceled):
 		// A request's context is cancelled only by the hard stop at the end of the drain
 		// (timeouts are mapped above): it is the shutdown that failed it.

@@ -41,6 +41,8 @@ func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 	}
 	defer r.Release() // the execution below has ended by then: the slot is held exactly that long
 	setRouteHeaders(c, rq, &r)
+	dl.watchClient(c.Context().Conn())
+	defer dl.unwatchClient()
 	replica, err := s.execute(dl.ctx, &r, in, policy.Request{Session: session, TTFTTarget: target})
 	if replica != "" {
 		c.Set(HeaderReplica, replica)

@@ -228,6 +228,9 @@ type testServer struct {
 type testOptions struct {
 	load     router.Loader
 	backends []Backend
+	// goneEvery replaces the client-gone watcher's interval; 0 keeps goneEvery. A test that
+	// scans by hand (s.gone.scan) sets it long.
+	goneEvery time.Duration
 }
 
 type serverOption func(*config.Config, *testOptions)
@@ -276,6 +279,9 @@ func run(t testing.TB, cfg config.Config, o testOptions) (*Server, string, func(
 	if err != nil {
 		ln.Close()
 		require.NoError(t, err)
+	}
+	if o.goneEvery > 0 {
+		s.gone.every = o.goneEvery
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -17,6 +17,7 @@ type metrics struct {
 	connsOpen     prometheus.Gauge
 	connsRejected *prometheus.CounterVec // reason
 	bodyTimeouts  prometheus.Counter
+	clientGone    prometheus.Counter
 }
 
 // newMetrics builds the server's metrics and registers them, with the Go and process
@@ -54,12 +55,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_server_body_read_timeouts_total",
 			Help: "Requests answered 408 because their body did not arrive within server.read_timeout.",
 		}),
+		clientGone: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "triage_server_client_gone_total",
+			Help: "Requests cancelled upstream because their client closed or reset its connection while they waited on a replica (answered 499).",
+		}),
 	}
 	for _, r := range []string{"max_connections", "max_connections_per_ip"} {
 		m.connsRejected.WithLabelValues(r)
 	}
 	all := []prometheus.Collector{
-		m.requests, m.routerLatency, m.inflight, m.writeStalls, m.connsOpen, m.connsRejected, m.bodyTimeouts,
+		m.requests, m.routerLatency, m.inflight, m.writeStalls, m.connsOpen, m.connsRejected, m.bodyTimeouts, m.clientGone,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}

@@ -115,6 +115,10 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 			return err
 		}
 	}
+	// From here until the handler returns the client's connection is not read: the watcher
+	// looks at it instead, so a client that leaves cancels the upstream request.
+	dl.watchClient(c.Context().Conn())
+	defer dl.unwatchClient()
 	resp, err := r.Pool.Do(dl.ctx, &upstream.ForwardRequest{
 		Method:   http.MethodPost,
 		Path:     path,

@@ -325,35 +325,62 @@ func TestStallDeadlineDoesNotOutliveItsStream(t *testing.T) {
 
 // A replica that accepts and never answers is caught by the per-attempt first-byte timeout
 // (which the config requires to be shorter than the request timeout), counted against it and
-// ejected, and each request it held goes on to the healthy replica: no client sees it. Before
-// the request timeout always fired first and the hung replica was never marked; then each
-// request it held was a 504 naming it.
+// ejected. Under the default retry rule each request it held is a 504 naming it (the replica
+// may have been generating it: not retried); with first_byte_timeout in retry.on each goes on
+// to the healthy replica and no client sees the hung one. Either way, once it is ejected
+// nothing more is sent there.
 func TestHungReplicaIsEjected(t *testing.T) {
-	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
-			return
-		}
-		io.Copy(io.Discard, r.Body) // net/http notices the client leaving only after the body is read
-		<-r.Context().Done()
-	}))
-	t.Cleanup(hung.Close)
-	ok := newFakeUpstream(t)
-	cfg := testConfig([]string{hung.URL, ok.srv.URL}, []string{newFakeUpstream(t).srv.URL})
-	cfg.Server.RequestTimeout = 5 * time.Second
-	cfg.Pools.Fast.Timeouts.FirstByte = upstream.Duration(200 * time.Millisecond)
-	cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Second)
-	cfg.Pools.Fast.PassiveEjection.ConsecutiveFailures = 2
-	s, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
+	for _, tc := range []struct {
+		name    string
+		retryOn []upstream.RetryOn // nil: the default rule
+		outcome string             // fast-0's two timed-out attempts
+	}{
+		{"default rule: 504 naming it", nil, "timeout"},
+		{"first_byte_timeout retried", append(upstream.DefaultRetryConfig().On, upstream.RetryFirstByteTimeout), "retried"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/health" {
+					return
+				}
+				io.Copy(io.Discard, r.Body) // net/http notices the client leaving only after the body is read
+				<-r.Context().Done()
+			}))
+			t.Cleanup(hung.Close)
+			ok := newFakeUpstream(t)
+			cfg := testConfig([]string{hung.URL, ok.srv.URL}, []string{newFakeUpstream(t).srv.URL})
+			cfg.Server.RequestTimeout = 5 * time.Second
+			cfg.Pools.Fast.Timeouts.FirstByte = upstream.Duration(200 * time.Millisecond)
+			cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Second)
+			cfg.Pools.Fast.PassiveEjection.ConsecutiveFailures = 2
+			if tc.retryOn != nil {
+				cfg.Pools.Fast.Retry.On = tc.retryOn
+			}
+			// Round robin: the hung replica gets every other request until it is ejected.
+			cfg.Pools.Fast.Policy.Name = "round-robin"
+			s, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
 
-	for range 12 {
-		resp, body := postJSON(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi p=0.1"}]}`)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
-		require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
+			timeouts := 0
+			for range 12 {
+				resp, body := postJSON(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi p=0.1"}]}`)
+				if resp.StatusCode == http.StatusGatewayTimeout {
+					require.Nil(t, tc.retryOn, "retried requests never time out: %s", body)
+					require.Equal(t, "fast-0", resp.Header.Get(HeaderReplica))
+					timeouts++
+					continue
+				}
+				require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+				require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
+			}
+			if tc.retryOn == nil {
+				require.Equal(t, 2, timeouts, "two timeouts eject it")
+			}
+			require.Equal(t, upstream.StateEjected, s.fast.Replicas()[0].State)
+			_, metrics := do(t, http.MethodGet, url+"/metrics", "", nil)
+			require.Contains(t, string(metrics), `triage_upstream_requests_total{outcome="`+tc.outcome+`",pool="fast",replica="fast-0"} 2`,
+				"two timeouts eject it; nothing more is sent there")
+		})
 	}
-	require.Equal(t, upstream.StateEjected, s.fast.Replicas()[0].State)
-	_, metrics := do(t, http.MethodGet, url+"/metrics", "", nil)
-	require.Contains(t, string(metrics), `triage_upstream_requests_total{outcome="retried",pool="fast",replica="fast-0"} 2`,
-		"two timeouts, each retried, eject it; nothing more is sent there")
 }
 
 // With no other replica, the first-byte timeout is a 504 naming the hung replica.

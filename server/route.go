@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -106,11 +107,14 @@ type deadline struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
+
+	gone  *goneWatcher
+	watch *watch // set between watchClient and unwatchClient; nil when the conn cannot be watched
 }
 
 func (s *Server) newDeadline() *deadline {
 	ctx, cancel := context.WithCancelCause(s.base)
-	d := &deadline{ctx: ctx, cancel: cancel}
+	d := &deadline{ctx: ctx, cancel: cancel, gone: s.gone}
 	d.timer = time.AfterFunc(s.cfg.Server.RequestTimeout, func() { cancel(errRequestTimeout) })
 	return d
 }
@@ -118,17 +122,33 @@ func (s *Server) newDeadline() *deadline {
 // stopTimer lifts the request timeout; end still has to be called.
 func (d *deadline) stopTimer() { d.timer.Stop() }
 
+// watchClient has the context cancelled (cause errClientGone) if the client behind conn
+// closes or resets it before unwatchClient; call it just before the request goes upstream,
+// and unwatchClient before the handler returns (fasthttp reads and writes the connection
+// again after that).
+func (d *deadline) watchClient(conn net.Conn) { d.watch = d.gone.watch(conn, d.cancel) }
+
+// unwatchClient stops watchClient's watch; the context is not cancelled for it afterwards.
+func (d *deadline) unwatchClient() {
+	d.gone.unwatch(d.watch)
+	d.watch = nil
+}
+
 // end releases the context; anything still using it is cancelled.
 func (d *deadline) end() {
 	d.timer.Stop()
 	d.cancel(nil)
 }
 
-// err returns errRequestTimeout when the request timed out (whatever err the timeout caused:
-// a cancelled context reads as context.Canceled), else err.
+// err returns errRequestTimeout when the request timed out and errClientGone when its client
+// left (whatever err that caused: a cancelled context reads as context.Canceled), else err.
 func (d *deadline) err(err error) error {
-	if err != nil && context.Cause(d.ctx) == errRequestTimeout {
-		return errRequestTimeout
+	if err == nil {
+		return nil
+	}
+	switch cause := context.Cause(d.ctx); cause {
+	case errRequestTimeout, errClientGone:
+		return cause
 	}
 	return err
 }

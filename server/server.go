@@ -66,6 +66,7 @@ type Server struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 	active     inflight
+	gone       *goneWatcher
 	draining   atomic.Bool
 	started    atomic.Bool
 	startedAt  time.Time
@@ -111,6 +112,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
+	s.gone = newGoneWatcher(goneEvery, s.m.clientGone, s.log)
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.app = s.newApp()
 	return s, nil
@@ -152,6 +154,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.auth != nil {
 		coreWG.Go(func() { report(failed, "api keys", s.auth.Run(coreCtx)) })
 	}
+	// Stopped with the core, after the drain: requests drained may still lose their client.
+	coreWG.Go(func() { report(failed, "client-gone watcher", s.gone.Run(coreCtx)) })
 
 	sc := s.cfg.Server
 	conns := newConnListener(s.ln, sc.MaxConnections, sc.MaxConnectionsPerIP, s.m, s.log,

@@ -65,8 +65,9 @@ class Mock:
 
 
 class Gateway:
-    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None, prices=None):
-        """prices: {"fast": (input, output), "slow": (...)} per million tokens; None for none."""
+    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None, prices=None, retry_on=None):
+        """prices: {"fast": (input, output), "slow": (...)} per million tokens; None for none.
+        retry_on: both pools' retry.on (a list of failure names); None keeps the default."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tempfile.NamedTemporaryFile("w", prefix="triage-", suffix=".yaml", delete=False)
@@ -78,6 +79,8 @@ class Gateway:
                       "    passive_ejection:", "      consecutive_failures: 1", f"      cooldown: {cooldown}"]
             if first_byte:
                 lines += ["    timeouts:", f"      first_byte: {first_byte}"]
+            if retry_on is not None:
+                lines += ["    retry:", f"      on: [{', '.join(retry_on)}]"]
             if prices and name in prices:
                 i, o = prices[name]
                 lines += [f"    prices: {{input_per_million: {i}, output_per_million: {o}}}"]

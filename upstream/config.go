@@ -45,6 +45,10 @@ type PoolConfig struct {
 	// Policy picks the replica of each request: the policy's name, its
 	// tracing, and each policy's own section. Default least-request.
 	Policy policy.Config `yaml:"policy" json:"policy"`
+	// Retry says after which failures a request is tried again, how often and
+	// where. The default retries only what the replica cannot have executed
+	// (see RetryConfig).
+	Retry RetryConfig `yaml:"retry" json:"retry"`
 	// Admission decides whether a request may enter the pool at all.
 	// Default always-admit.
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
@@ -141,6 +145,7 @@ func DefaultPoolConfig() PoolConfig {
 	return PoolConfig{
 		Policy:    policy.DefaultConfig(),
 		Admission: DefaultAdmissionConfig(),
+		Retry:     DefaultRetryConfig(),
 		HealthCheck: HealthCheckConfig{
 			Path:           "/health",
 			Interval:       Duration(5 * time.Second),
@@ -259,7 +264,8 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	if c.Prices != nil {
 		errs = append(errs, c.Prices.ValidateAt(path+".prices"))
 	}
-	errs = append(errs, c.Policy.ValidateAt(path+".policy"), c.Admission.ValidateAt(path+".admission"))
+	errs = append(errs, c.Policy.ValidateAt(path+".policy"), c.Admission.ValidateAt(path+".admission"),
+		c.Retry.ValidateAt(path+".retry"))
 	return errors.Join(errs...)
 }
 

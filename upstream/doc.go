@@ -8,8 +8,10 @@
 // it may enter, builds a Candidate for every replica that may take it, lets
 // the pool's policy.Picker choose, and proxies the request over net/http. The
 // response body streams through unbuffered, so SSE chunks reach the caller as
-// the replica writes them. An attempt that fails before the first response
-// byte is retried once on another replica (see Pool.Do for the exact rules).
+// the replica writes them. A try that fails before the first response byte
+// in a way the pool's retry rule lists (RetryConfig: by default only failures
+// that say the replica did not execute the request) is tried again, by default
+// once, on another replica (see Pool.Do).
 //
 // The replica policies (the policy.Picker implementations) live in package
 // upstream/policy, which builds the one a PoolConfig.Policy names; the pool

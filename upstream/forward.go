@@ -125,14 +125,13 @@ func (r *Response) Usage() (u Usage, ok bool) {
 // Do sends fr to one replica and returns its response, streaming.
 //
 // Steps: admission (ErrRejected), pick among available replicas below their
-// in-flight cap (ErrNoHealthyReplica when none), send. An attempt that fails
-// before any response byte, with a connection error (refused, reset or
-// closed before headers), a first-byte timeout or status 500, 502, 503 or
-// 429, is retried once on another replica while ctx is alive (ctx's deadline
-// bounds the retry's wait); if no other replica is available the first
-// attempt's result stands (a 500/502/503/429 response is then returned as a
-// response). Nothing is retried once response headers have been handed to
-// the caller, nor on 501, 504 or other statuses. A 429, or a 503 with
+// in-flight cap (ErrNoHealthyReplica when none), send. A try that fails
+// before any of its answer is passed on, in a way the pool's retry rule
+// (PoolConfig.Retry) lists, is followed by another while ctx is alive and
+// tries are left, on another replica unless the rule says any (ctx's deadline
+// bounds the wait); with no replica left, the last try's result stands (a
+// status answer is then returned as a response). Nothing is retried once
+// response headers have been handed to the caller. A 429, or a 503 with
 // Retry-After, means the replica is busy: it never counts toward ejection.
 //
 // Errors: ErrRejected and ErrNoHealthyReplica (wrapped), ErrInvalidBody
@@ -174,22 +173,32 @@ func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
 		}
 	}
 
-	r, load, err := p.acquire(req, "")
+	r, load, err := p.acquire(req, nil)
 	if err != nil {
 		return nil, err
 	}
-	first := p.send(ctx, fr, doc, r, load)
-	if !first.retryable() || ctx.Err() != nil {
-		return first.result(false)
+	var tried [maxTriesLimit]string
+	for try := 1; ; try++ {
+		a := p.send(ctx, fr, doc, r, load)
+		p.tries[try-1][a.ended].Inc()
+		if try >= p.retry.maxTries || !p.retry.on[a.ended] || ctx.Err() != nil {
+			return a.result(try > 1)
+		}
+		tried[try-1] = r.id
+		var exclude []string
+		if !p.retry.any {
+			exclude = tried[:try]
+		}
+		next, nextLoad, err := p.acquire(req, exclude)
+		if err != nil {
+			return a.result(try > 1) // nowhere else to go: this answer stands
+		}
+		p.log.Warn("retrying", "replica", r.id, "next_replica", next.id, "next_try", try+1,
+			"failure", a.ended.String(), "err", a.reason())
+		a.discard()
+		p.retries.Inc()
+		r, load = next, nextLoad
 	}
-	next, nextLoad, err := p.acquire(req, r.id)
-	if err != nil {
-		return first.result(false) // nowhere else to go: the first answer stands
-	}
-	p.log.Warn("retrying on another replica", "replica", r.id, "next_replica", next.id, "err", first.reason())
-	first.discard()
-	p.retries.Inc()
-	return p.send(ctx, fr, doc, next, nextLoad).result(true)
 }
 
 // attempt is one try of a request on one replica, from acquire to either
@@ -208,8 +217,8 @@ type attempt struct {
 	ttfb time.Duration
 	err  error   // set when they did not
 	fail outcome // with err
-	// retry: a connection-level failure or a first-byte timeout, before the first byte.
-	retry bool
+	// ended is how the try ended, for the retry rule and triage_upstream_tries_total.
+	ended tryOutcome
 }
 
 // send makes one attempt on r, which acquire has already charged; load is
@@ -222,12 +231,14 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 	if doc != nil && r.model != "" {
 		body = doc.with(r.model)
 	}
-	hreq, err := http.NewRequestWithContext(a.actx, fr.Method, r.endpoint(fr.Path), bytes.NewReader(body))
+	var trace connTrace
+	hreq, err := http.NewRequestWithContext(trace.context(a.actx), fr.Method, r.endpoint(fr.Path), bytes.NewReader(body))
 	if err != nil {
 		// The request itself is malformed: not the replica's fault, so not
 		// observed and not retried.
 		a.err = fmt.Errorf("pool %s: %w: %v", p.cfg.Name, ErrInvalidRequest, err)
 		a.fail = outcomeInvalidRequest
+		a.ended = tryInvalidRequest
 		return a
 	}
 	hreq.Header = forwardHeader(fr.Header)
@@ -254,44 +265,34 @@ func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *r
 	switch {
 	case err == nil:
 		a.resp = resp
+		a.ended = tryAnswered
+		if on, ok := statusFailure(resp.StatusCode, resp.Header); ok {
+			a.ended = outcomeOf(on)
+		}
 		r.metrics.ttfb.Observe(a.ttfb.Seconds())
 		p.observeResponse(r, resp, a.ttfb)
 	case ctx.Err() != nil:
 		a.err = fmt.Errorf("pool %s: %w", p.cfg.Name, ctx.Err())
 		a.fail = outcomeCanceled
+		a.ended = tryCanceled
 	case context.Cause(a.actx) == errFirstByteTimeout:
 		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id,
 			Err: fmt.Errorf("%w: no response headers within %s", ErrUpstreamTimeout, firstByte)}
 		a.fail = outcomeTimeout
-		a.retry = true
+		a.ended = outcomeOf(RetryFirstByteTimeout)
 		p.observe(r, false)
 	default:
 		a.err = &UpstreamError{Pool: p.cfg.Name, Replica: r.id, Err: err}
 		a.fail = outcomeConnectError
-		a.retry = true
+		a.ended = outcomeOf(connFailure(err, &trace, p.traced))
 		p.observe(r, false)
 	}
 	return a
 }
 
-// retryable: failed before the first byte in a way another replica may not (connection
-// failure, first-byte timeout, 500, 502, 503), or answered that it is busy (429). Nothing has
-// reached the client yet, so another replica may answer instead. 501, 504 and other 5xx are
-// not retried: they say something about the request or about a path beyond the replica.
-func (a *attempt) retryable() bool {
-	if a.resp != nil {
-		switch a.resp.StatusCode {
-		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests:
-			return true
-		}
-		return false
-	}
-	return a.retry
-}
-
 // busy reports an answer that says the replica is full rather than broken: 429, or 503 with
-// Retry-After. It is retried on another replica and never counts toward ejection, so a pool
-// does not lose its replicas exactly when it needs them.
+// Retry-After. It never counts toward ejection, so a pool does not lose its replicas exactly
+// when it needs them (and the default retry rule sends the request elsewhere).
 func busy(status int, h http.Header) bool {
 	return status == http.StatusTooManyRequests ||
 		(status == http.StatusServiceUnavailable && h.Get("Retry-After") != "")

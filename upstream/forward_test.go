@@ -168,81 +168,8 @@ func TestDoStreamsIncrementally(t *testing.T) {
 	require.Equal(t, 0, f.pool.InFlight())
 }
 
-func TestDoRetriesOnceBeforeFirstByte(t *testing.T) {
-	tests := []struct {
-		name string
-		// first returns r0's URL; r1 always answers 200.
-		first   func(t *testing.T) string
-		outcome string // recorded for r0
-	}{
-		{"connection refused", deadURL, "retried"},
-		{"connection closed before headers", func(t *testing.T) string {
-			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) { closeConn(t, w) }).URL
-		}, "retried"},
-		{"503 from replica", func(t *testing.T) string {
-			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
-				http.Error(w, "warming up", http.StatusServiceUnavailable)
-			}).URL
-		}, "retried"},
-		{"502 from replica", func(t *testing.T) string {
-			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
-				http.Error(w, "bad gateway", http.StatusBadGateway)
-			}).URL
-		}, "retried"},
-		// A 500 before any byte is this replica's failure (vLLM answers 500 when its engine
-		// breaks); the client has seen nothing, so another replica may answer instead.
-		{"500 from replica", func(t *testing.T) string {
-			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
-				http.Error(w, "engine dead", http.StatusInternalServerError)
-			}).URL
-		}, "retried"},
-		// A replica that accepts and never answers: after its first-byte timeout the request
-		// goes to another replica while the request's own deadline allows.
-		{"first-byte timeout", func(t *testing.T) string {
-			return replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
-				io.ReadAll(r.Body) // net/http notices the client leaving only once the body is read
-				<-r.Context().Done()
-			}).URL
-		}, "retried"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var bodies atomic.Value
-			good := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
-				b, _ := io.ReadAll(r.Body)
-				bodies.Store(string(b))
-				io.WriteString(w, `{"ok":true}`)
-			})
-			cfg := testConfig(tt.first(t), good.URL)
-			cfg.Replicas[1].Model = "r1-model"
-			cfg.Timeouts.FirstByte = Duration(200 * time.Millisecond)
-			picker := preferring("r0", "r1")
-			var done doneLog
-			picker.done = done.record
-			f := newFixture(t, cfg, picker, nil)
-
-			resp, err := f.pool.Do(context.Background(), &ForwardRequest{
-				Method: "POST", Path: "/v1/completions",
-				Body: []byte(`{"model":"x","prompt":"p"}`), SetModel: true,
-			})
-			require.NoError(t, err)
-			require.Equal(t, "r1", resp.ReplicaID)
-			require.True(t, resp.Retried)
-			require.Equal(t, http.StatusOK, resp.Status)
-			_, err = io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			require.NoError(t, resp.Body.Close())
-
-			require.Equal(t, `{"model":"r1-model","prompt":"p"}`, bodies.Load(), "the retry replays the body with its replica's model")
-			require.Equal(t, 1.0, f.outcomes(t, "r0", tt.outcome))
-			require.Equal(t, 1.0, f.outcomes(t, "r1", "ok"))
-			require.Equal(t, 1.0, f.metric(t, "triage_upstream_retries_total", map[string]string{"pool": "test"}))
-			require.Equal(t, 1, f.pool.Replicas()[0].ConsecutiveFailures)
-			require.Equal(t, []doneCall{{"r0", 0}, {"r1", 0}}, done.all(), "every pick gets its Done")
-			require.Equal(t, 0, f.pool.InFlight())
-		})
-	}
-}
+// Which failures are retried, and where, is the pool's retry rule: TestRetryRules and
+// TestRetryMaxTriesAndReplica (retry_test.go).
 
 func TestDoDoesNotRetry(t *testing.T) {
 	for _, status := range []int{http.StatusNotImplemented, http.StatusGatewayTimeout} {
@@ -587,7 +514,9 @@ func TestUpstreamErrorWraps(t *testing.T) {
 }
 
 // A replica that answers "busy" (429, or 503 with Retry-After) is passed over for another,
-// and never ejected for it: overload is not failure. A 503 without Retry-After still counts.
+// and never ejected for it: overload is not failure. A 503 without Retry-After still counts,
+// and under the default retry rule is passed on (a proxy in front of a replica answers it
+// after a reset, so it may follow an execution).
 func TestBusyAnswersAreRetriedAndNeverEject(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -615,13 +544,16 @@ func TestBusyAnswersAreRetriedAndNeverEject(t *testing.T) {
 			for range 5 {
 				resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", Body: []byte(`{}`)})
 				require.NoError(t, err)
+				if tc.eject {
+					require.Equal(t, http.StatusServiceUnavailable, resp.Status, "not retried by default")
+					require.Equal(t, "r0", resp.ReplicaID)
+					resp.Body.Close()
+					break
+				}
 				require.Equal(t, http.StatusOK, resp.Status, "answered by the other replica")
 				require.Equal(t, "r1", resp.ReplicaID)
 				require.True(t, resp.Retried)
 				resp.Body.Close()
-				if tc.eject {
-					break
-				}
 			}
 			st := f.pool.Replicas()
 			if tc.eject {

@@ -62,6 +62,7 @@ type metrics struct {
 	slo       *prometheus.CounterVec
 	healthy   *prometheus.GaugeVec
 	retries   *prometheus.CounterVec
+	tries     *prometheus.CounterVec
 	ejections *prometheus.CounterVec
 	evictions *prometheus.CounterVec
 
@@ -106,6 +107,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_upstream_retries_total",
 			Help: "Requests retried on another replica after failing before the first byte.",
 		}, []string{"pool"})),
+		tries: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_tries_total",
+			Help: "Tries of a request by their number (try: 1 is the first, up to the pool's retry.max_tries) and how they ended (outcome: answered, canceled, invalid_request, or a retry.on failure: dial_error, reset_before_write, reset_before_headers, first_byte_timeout, status_429, status_503_retry_after, status_503, status_500, status_502), whether or not a retry followed.",
+		}, []string{"pool", "try", "outcome"})),
 		ejections: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "triage_upstream_ejections_total",
 			Help: "Passive ejections of a replica after consecutive request failures.",

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -82,7 +84,12 @@ type Pool struct {
 	now       func() time.Time
 	metrics   *metrics
 	retries   prometheus.Counter
-	running   atomic.Bool
+	retry     retryRule
+	// tries counts each try by its number (from 1) and how it ended; only numbers up to
+	// the rule's max_tries are resolved.
+	tries   [maxTriesLimit][numTryOutcomes]prometheus.Counter
+	traced  bool // the transport reports connections to a client trace (connFailure)
+	running atomic.Bool
 
 	// The cost counters; nil when there are no prices to count with.
 	cost, baselineCost prometheus.Counter
@@ -141,6 +148,7 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		now:       opts.Now,
 		metrics:   m,
 		retries:   m.retries.WithLabelValues(cfg.Name),
+		retry:     newRetryRule(cfg.Retry),
 		picks:     opts.Picks,
 		remote:    opts.Remote,
 	}
@@ -167,6 +175,12 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	if p.transport == nil {
 		p.owned = newTransport(cfg.Timeouts)
 		p.transport = p.owned
+	}
+	_, p.traced = p.transport.(*http.Transport)
+	for try := range cfg.Retry.MaxTries {
+		for o := range numTryOutcomes {
+			p.tries[try][o] = m.tries.WithLabelValues(cfg.Name, strconv.Itoa(try+1), o.String())
+		}
 	}
 	for i, rc := range cfg.Replicas {
 		r := newReplica(replicaID(cfg.Name, i, rc), rc, cfg.Model)
@@ -353,10 +367,10 @@ func (p *Pool) observe(r *replica, ok bool) {
 	}
 }
 
-// acquire picks a replica for req among those available now (excluding the
-// one named exclude, for retries) and counts the request in flight on it.
-// inFlight is the chosen replica's load as the picker saw it.
-func (p *Pool) acquire(req *policy.Request, exclude string) (r *replica, inFlight int, err error) {
+// acquire picks a replica for req among those available now (excluding
+// those named in exclude, for retries) and counts the request in flight on
+// it. inFlight is the chosen replica's load as the picker saw it.
+func (p *Pool) acquire(req *policy.Request, exclude []string) (r *replica, inFlight int, err error) {
 	now := p.now()
 	stale := p.staleAfter()
 	limit := p.cfg.MaxInFlightPerReplica
@@ -368,7 +382,7 @@ func (p *Pool) acquire(req *policy.Request, exclude string) (r *replica, inFligh
 		remote = p.remote.RemoteInFlight(p.cfg.Name)
 	}
 	for _, r := range p.replicas {
-		if r.id == exclude {
+		if slices.Contains(exclude, r.id) {
 			continue
 		}
 		ok := r.available(now)
