@@ -137,4 +137,8 @@ type Options struct {
 	PendingTTL time.Duration
 	// Now tells time. Nil means time.Now.
 	Now func() time.Time
+	// Handled, when set, is called after each message from a publisher has
+	// been handled, whatever became of it (applied, dropped, undecodable),
+	// from the connection's goroutine: tests wait on it. Nil: nothing.
+	Handled func()
 }

@@ -78,11 +78,11 @@ type testSub struct {
 func newTestSub(t *testing.T, cfg Config, lim Limits, now func() time.Time) *testSub {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := NewSubscriber("fast", "fast-0", cfg, lim, Options{Now: now, StaleAfter: time.Second}, reg, slog.New(slog.DiscardHandler))
+	msgs := make(chan struct{}, 1024)
+	s, err := NewSubscriber("fast", "fast-0", cfg, lim, Options{Now: now, StaleAfter: time.Second,
+		Handled: func() { msgs <- struct{}{} }}, reg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	ts := &testSub{Subscriber: s, reg: reg, msgs: make(chan struct{}, 1024)}
-	s.onMessage = func() { ts.msgs <- struct{}{} }
-	return ts
+	return &testSub{Subscriber: s, reg: reg, msgs: msgs}
 }
 
 // run starts Run and stops it at the end of the test.

@@ -45,11 +45,8 @@ type Subscriber struct {
 	log           *slog.Logger
 	running       atomic.Bool
 
-	idx *index
-
-	// onMessage, when set (tests), is called after each message is handled,
-	// whatever became of it.
-	onMessage func()
+	idx     *index
+	handled func() // Options.Handled
 
 	// seq is the latest sequence number per data-parallel rank; seqMu is
 	// held across a whole batch so that batches apply in order.
@@ -96,7 +93,7 @@ func NewSubscriber(pool, replica string, cfg Config, lim Limits, opts Options, r
 	}
 	s := &Subscriber{
 		pool: pool, replica: replica, cfg: cfg, addr: addr, lim: lim,
-		staleAfter: opts.StaleAfter, pendingTTL: opts.PendingTTL, now: opts.Now,
+		staleAfter: opts.StaleAfter, pendingTTL: opts.PendingTTL, now: opts.Now, handled: opts.Handled,
 		log: log.With("pool", pool, "replica", replica, "kv_events", cfg.Endpoint),
 		idx: newIndex(lim.MaxBlocks, lim.MaxPendingBlocks),
 	}
@@ -306,8 +303,8 @@ func (s *Subscriber) serve(ctx context.Context, nc net.Conn) (got bool, err erro
 		} else {
 			s.handle(&d, frames)
 		}
-		if s.onMessage != nil {
-			s.onMessage()
+		if s.handled != nil {
+			s.handled()
 		}
 	}
 }
