@@ -176,8 +176,16 @@ func (p *Pool) attachCache(ctx context.Context, fr *ForwardRequest) {
 	if kv == nil {
 		return
 	}
+	r := kv.tokenizer(p.now())
+	if r == nil {
+		// No replica's events can be trusted now: no /tokenize call, and a
+		// view that sends every replica to the guess (and counts it).
+		kv.results[tokenizeSkipped].Inc()
+		fr.Routing.Cache = &kvView{kv: kv}
+		return
+	}
 	start := time.Now()
-	tokens, result := p.tokenize(ctx, fr)
+	tokens, result := p.tokenize(ctx, fr, r)
 	if result != tokenizeSkipped && result != tokenizeCached {
 		kv.duration.Observe(time.Since(start).Seconds())
 	}
@@ -259,17 +267,31 @@ func (v *kvView) keysFor(bs int) []uint64 {
 	return v.keys
 }
 
-// tokenize returns the request's prompt as the engine tokenizes it: the
-// chat template applied to the messages (with the generation prompt), or
-// the completion prompt. It asks one of the replicas with events (they run
-// the pool's model), in turn; the answer is cached by the prompt's hash.
-func (p *Pool) tokenize(ctx context.Context, fr *ForwardRequest) ([]uint32, string) {
+// tokenizer returns the replica to ask for token ids: the next, in turn,
+// of those with events that may take requests now and whose events are
+// usable; nil when there is none (every stream down or silent).
+func (kv *kvRouting) tokenizer(now time.Time) *replica {
+	n := uint64(len(kv.order))
+	start := kv.next.Add(1)
+	for i := range n {
+		r := kv.order[(start+i)%n]
+		if r.available(now) && kv.subs[r.id].Usable() {
+			return r
+		}
+	}
+	return nil
+}
+
+// tokenize returns the request's prompt as replica r's engine tokenizes it:
+// the chat template applied to the messages (with the generation prompt),
+// or the completion prompt. The replicas with events run the pool's model,
+// so any of them will do; the answer is cached by the prompt's hash.
+func (p *Pool) tokenize(ctx context.Context, fr *ForwardRequest, r *replica) ([]uint32, string) {
 	kv := p.kv
 	body, ok := tokenizeBody(fr.Path, fr.Body)
 	if !ok {
 		return nil, tokenizeSkipped
 	}
-	r := kv.order[kv.next.Add(1)%uint64(len(kv.order))]
 	if r.model != "" {
 		body["model"], _ = json.Marshal(r.model)
 	}

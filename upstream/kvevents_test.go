@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -219,4 +220,41 @@ func TestKVEventsPendingKeepsABurstTogether(t *testing.T) {
 	first := <-ids
 	require.Equal(t, first, <-ids)
 	require.Equal(t, first, <-ids)
+}
+
+// BenchmarkTokenize measures what routing on KV events adds to a request
+// before the pick: one POST /tokenize to a replica over loopback, its JSON
+// answer decoded, and the block keys computed, for a chat prompt of the
+// given size, uncached. Against the simulator this is the gateway's share;
+// a real engine adds its tokenizer and chat template on top.
+func BenchmarkTokenize(b *testing.B) {
+	for _, size := range []int{1 << 10, 16 << 10} {
+		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
+			c := sim.FastPreset()
+			c.Model = "m"
+			s, err := sim.New(c, sim.Options{})
+			require.NoError(b, err)
+			hs := httptest.NewServer(s)
+			b.Cleanup(hs.Close)
+			cfg := testConfig(hs.URL)
+			cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: "tcp://127.0.0.1:1"}
+			cfg.KVEvents.TokenizeCacheTokens = 0
+			cfg.KVEvents.TokenizeTimeout = Duration(10 * time.Second) // the cost, not the bound
+			p, err := New(cfg, Options{})
+			require.NoError(b, err)
+			text := strings.Repeat("x", size)
+			fr := &ForwardRequest{Path: "/v1/chat/completions",
+				Body: []byte(`{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`)}
+			ctx := context.Background()
+			b.ResetTimer()
+			for b.Loop() {
+				tokens, res := p.tokenize(ctx, fr, p.replicas[0])
+				if res != tokenizeOK {
+					b.Fatal(res)
+				}
+				_ = kvevents.AppendKeys(nil, tokens, 16, 0)
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/request")
+		})
+	}
 }

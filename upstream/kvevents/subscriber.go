@@ -153,17 +153,32 @@ func (s *Subscriber) Leading(keys []uint64) int { return s.idx.leading(keys, s.n
 // event since (events that never come — a wrong topic, events not enabled
 // on the engine — look like that). A replica never connected is not Live.
 func (s *Subscriber) Live() bool {
-	now := s.now().UnixNano()
-	stale := int64(s.staleAfter)
-	switch {
-	case !s.everUp.Load() || (s.conns.Load() == 0 && now-s.downSince.Load() >= stale):
+	switch s.state() {
+	case fallbackDown:
 		s.m.fallDown.Inc()
 		return false
-	case s.awaitSince.Load() != 0 && now-s.awaitSince.Load() >= stale:
+	case fallbackSilent:
 		s.m.fallSilent.Inc()
 		return false
 	}
 	return true
+}
+
+// Usable is Live without counting a fallback: whether a request's keys are
+// worth computing for this replica.
+func (s *Subscriber) Usable() bool { return s.state() == "" }
+
+// state is "" when the events can be trusted, else why not.
+func (s *Subscriber) state() string {
+	now := s.now().UnixNano()
+	stale := int64(s.staleAfter)
+	switch {
+	case !s.everUp.Load() || (s.conns.Load() == 0 && now-s.downSince.Load() >= stale):
+		return fallbackDown
+	case s.awaitSince.Load() != 0 && now-s.awaitSince.Load() >= stale:
+		return fallbackSilent
+	}
+	return ""
 }
 
 // NoteFallback counts a fallback to the guess for a reason of the caller's:
