@@ -258,3 +258,22 @@ func BenchmarkTokenize(b *testing.B) {
 		})
 	}
 }
+
+func TestKVEventsConfigErrorsNameTheField(t *testing.T) {
+	cfg := testConfig("http://127.0.0.1:1", "http://127.0.0.1:2")
+	cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: "tcp://*:5557"}
+	cfg.Replicas[1].KVEvents = &kvevents.Config{Endpoint: "10.0.0.7:5557", Mode: "sub"}
+	cfg.KVEvents.TokenizeTimeout = 0
+	cfg.KVEvents.Limits.MaxBlocks = -1
+	err := cfg.Validate()
+	require.Error(t, err)
+	for _, want := range []string{
+		"pool.replicas[0].kv_events.endpoint: \"tcp://*:5557\": host * means every interface",
+		"pool.replicas[1].kv_events.mode: must be \"connect\" or \"bind\"",
+		"pool.replicas[1].kv_events.endpoint: \"10.0.0.7:5557\": only tcp://host:port",
+		"pool.kv_events.tokenize_timeout: must be > 0",
+		"pool.kv_events.limits.max_blocks: must be in [1, 67108864], got -1",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+}
