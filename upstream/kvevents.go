@@ -185,7 +185,7 @@ func (p *Pool) attachCache(ctx context.Context, fr *ForwardRequest) {
 		return
 	}
 	start := time.Now()
-	tokens, result := p.tokenize(ctx, fr, r)
+	tokens, model, result := p.tokenize(ctx, fr, r)
 	if result != tokenizeSkipped && result != tokenizeCached {
 		kv.duration.Observe(time.Since(start).Seconds())
 	}
@@ -194,7 +194,7 @@ func (p *Pool) attachCache(ctx context.Context, fr *ForwardRequest) {
 		return
 	}
 	fr.Routing.InputTokens = len(tokens)
-	fr.Routing.Cache = &kvView{kv: kv, tokens: tokens}
+	fr.Routing.Cache = &kvView{kv: kv, tokens: tokens, lora: kvevents.LoRAKey(model)}
 }
 
 // expectBlocks tells the chosen replica's subscriber that the request's
@@ -208,19 +208,33 @@ func (p *Pool) expectBlocks(req *policy.Request, r *replica) {
 	if s == nil {
 		return
 	}
-	if keys := v.keysFor(v.blockSize(s)); len(keys) > 0 {
+	// One set of keys, the one the replica holds more of (the base model's
+	// on a tie): pending keys of the other set would make the replica look
+	// warm for requests it has never seen.
+	keys, adapter := v.keysFor(v.blockSize(s))
+	if len(adapter) > 0 && s.Leading(adapter) > s.Leading(keys) {
+		keys = adapter
+	}
+	if len(keys) > 0 {
 		s.Expect(keys)
 	}
 }
 
 // kvView is one request's policy.CacheView: its token ids, and their block
-// keys per block size, computed on first use. It belongs to one request,
+// keys for a block size, computed on first use. It belongs to one request,
 // whose picks run one after another, so it needs no lock.
+//
+// The gateway does not know whether the model a request names is a base
+// model or a LoRA adapter (vLLM reports an adapter's blocks under its
+// name), so a request is keyed both ways: as the base model, and as an
+// adapter of that name; a replica holds whichever leading run is longer.
 type kvView struct {
-	kv     *kvRouting
-	tokens []uint32
-	bs     int // block size of keys
-	keys   []uint64
+	kv      *kvRouting
+	tokens  []uint32
+	lora    uint64 // kvevents.LoRAKey of the model sent; 0: none
+	bs      int    // block size of the keys below
+	keys    []uint64
+	adapter []uint64 // keys under lora; nil when lora is 0
 }
 
 var _ policy.CacheView = (*kvView)(nil)
@@ -238,8 +252,12 @@ func (v *kvView) Cached(id string) (float64, bool) {
 		s.NoteFallback()
 		return 0, false
 	}
-	keys := v.keysFor(bs)
-	return float64(s.Leading(keys)*bs) / float64(len(v.tokens)), true
+	base, adapter := v.keysFor(bs)
+	n := s.Leading(base)
+	if len(adapter) > 0 {
+		n = max(n, s.Leading(adapter))
+	}
+	return float64(n*bs) / float64(len(v.tokens)), true
 }
 
 // blockSize is the replica's block size: as its events said, else as
@@ -259,12 +277,16 @@ func (v *kvView) blockSize(s *kvevents.Subscriber) int {
 	return v.kv.cfg.BlockSize
 }
 
-func (v *kvView) keysFor(bs int) []uint64 {
+// keysFor returns the request's keys as the base model and as an adapter.
+func (v *kvView) keysFor(bs int) (base, adapter []uint64) {
 	if bs != v.bs || v.keys == nil {
 		v.bs = bs
 		v.keys = kvevents.AppendKeys(make([]uint64, 0, len(v.tokens)/max(bs, 1)), v.tokens, bs, 0)
+		if v.lora != 0 {
+			v.adapter = kvevents.AppendKeys(make([]uint64, 0, len(v.keys)), v.tokens, bs, v.lora)
+		}
 	}
-	return v.keys
+	return v.keys, v.adapter
 }
 
 // tokenizer returns the replica to ask for token ids: the next, in turn,
@@ -286,30 +308,31 @@ func (kv *kvRouting) tokenizer(now time.Time) *replica {
 // the chat template applied to the messages (with the generation prompt),
 // or the completion prompt. The replicas with events run the pool's model,
 // so any of them will do; the answer is cached by the prompt's hash.
-func (p *Pool) tokenize(ctx context.Context, fr *ForwardRequest, r *replica) ([]uint32, string) {
+func (p *Pool) tokenize(ctx context.Context, fr *ForwardRequest, r *replica) (tokens []uint32, model, result string) {
 	kv := p.kv
 	body, ok := tokenizeBody(fr.Path, fr.Body)
 	if !ok {
-		return nil, tokenizeSkipped
+		return nil, "", tokenizeSkipped
 	}
 	if r.model != "" {
 		body["model"], _ = json.Marshal(r.model)
 	}
+	_ = json.Unmarshal(body["model"], &model)
 	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, tokenizeSkipped
+		return nil, "", tokenizeSkipped
 	}
 	key := xxhash.Sum64(b)
 	if kv.cache != nil {
 		if t, ok := kv.cache.get(key); ok {
-			return t, tokenizeCached
+			return t, model, tokenizeCached
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, kv.cfg.TokenizeTimeout.Std())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.endpoint("/tokenize"), bytes.NewReader(b))
 	if err != nil {
-		return nil, tokenizeFailed
+		return nil, "", tokenizeFailed
 	}
 	for k, v := range r.headers {
 		req.Header[k] = []string{v}
@@ -317,23 +340,23 @@ func (p *Pool) tokenize(ctx context.Context, fr *ForwardRequest, r *replica) ([]
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := p.transport.RoundTrip(req)
 	if err != nil {
-		return nil, tokenizeFailed
+		return nil, "", tokenizeFailed
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return nil, tokenizeFailed
+		return nil, "", tokenizeFailed
 	}
 	var out struct {
 		Tokens []uint32 `json:"tokens"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxTokenizeBody)).Decode(&out); err != nil || out.Tokens == nil {
-		return nil, tokenizeFailed
+		return nil, "", tokenizeFailed
 	}
 	if kv.cache != nil {
 		kv.cache.put(key, out.Tokens)
 	}
-	return out.Tokens, tokenizeOK
+	return out.Tokens, model, tokenizeOK
 }
 
 // tokenizeBody builds vLLM's /tokenize request from a chat or completion

@@ -248,7 +248,7 @@ func BenchmarkTokenize(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for b.Loop() {
-				tokens, res := p.tokenize(ctx, fr, p.replicas[0])
+				tokens, _, res := p.tokenize(ctx, fr, p.replicas[0])
 				if res != tokenizeOK {
 					b.Fatal(res)
 				}

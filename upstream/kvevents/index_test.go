@@ -93,3 +93,17 @@ func BenchmarkAppendKeys(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*float64(len(tokens))/b.Elapsed().Seconds(), "tokens/s")
 }
+
+// An adapter's blocks, reported under its name, match the request keys
+// computed with LoRAKey of the same name, and only those.
+func TestIndexLoRAByName(t *testing.T) {
+	p := AppendBatch(nil, 0, 0, []Event{{Type: BlockStored, BlockHashes: []uint64{1}, TokenIDs: seqTokens(0, 4), BlockSize: 4, LoRAName: "sql"}})
+	_, evs, bad := decodeAll(t, p, 16)
+	require.Zero(t, bad)
+	x := newIndex(10, 10)
+	x.store(stored(evs[0].hashes, nil, evs[0].tokens, 4, evs[0].lora))
+	now := time.Unix(0, 0)
+	require.Equal(t, 1, x.leading(AppendKeys(nil, seqTokens(0, 4), 4, LoRAKey("sql")), now))
+	require.Equal(t, 0, x.leading(AppendKeys(nil, seqTokens(0, 4), 4, 0), now))
+	require.Equal(t, 0, x.leading(AppendKeys(nil, seqTokens(0, 4), 4, LoRAKey("chat")), now))
+}
