@@ -454,34 +454,13 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	g, gctx := errgroup.WithContext(ctx)
 	defer func() { cancel(); g.Wait() }()
 
-	servers := make([]*sim.Server, c.Replicas)
 	pcfg := upstream.DefaultPoolConfig()
 	pcfg.Name = "sweep"
 	pcfg.HealthCheck.Interval = 0 // replicas do not fail here; scraping still runs
 	pcfg.ScrapeInterval = upstream.Duration(c.ScrapeInterval)
-	index := make(map[string]int, c.Replicas)
-	for i, sc := range replicaConfigs(c) {
-		if c.KVEvents {
-			sc.KVEventsEndpoint = "tcp://127.0.0.1:0"
-		}
-		srv, err := sim.New(sc, sim.Options{DrainTimeout: time.Second})
-		if err != nil {
-			return res, err
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			srv.Close()
-			return res, err
-		}
-		servers[i] = srv
-		g.Go(func() error { return srv.Serve(gctx, ln) })
-		id := fmt.Sprintf("r%d", i)
-		index[id] = i
-		rc := upstream.ReplicaConfig{URL: "http://" + ln.Addr().String(), ID: id}
-		if c.KVEvents {
-			rc.KVEvents = &kvevents.Config{Endpoint: srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
-		}
-		pcfg.Replicas = append(pcfg.Replicas, rc)
+	servers, index, err := startSweepReplicas(gctx, g, c, &pcfg)
+	if err != nil {
+		return res, err
 	}
 	pc, err := policyConfig(policy, c.Trace.Seed, c.SLOTTFT)
 	if err != nil {
@@ -531,6 +510,37 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		return res, err
 	}
 	return res, nil
+}
+
+// startSweepReplicas starts c's simulated replicas under g and lists them in
+// pcfg; index maps a replica's ID to its place in servers.
+func startSweepReplicas(ctx context.Context, g *errgroup.Group, c *sweepConfig, pcfg *upstream.PoolConfig) (servers []*sim.Server, index map[string]int, err error) {
+	servers = make([]*sim.Server, c.Replicas)
+	index = make(map[string]int, c.Replicas)
+	for i, sc := range replicaConfigs(c) {
+		if c.KVEvents {
+			sc.KVEventsEndpoint = "tcp://127.0.0.1:0"
+		}
+		srv, err := sim.New(sc, sim.Options{DrainTimeout: time.Second})
+		if err != nil {
+			return nil, nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			srv.Close()
+			return nil, nil, err
+		}
+		servers[i] = srv
+		g.Go(func() error { return srv.Serve(ctx, ln) })
+		id := fmt.Sprintf("r%d", i)
+		index[id] = i
+		rc := upstream.ReplicaConfig{URL: "http://" + ln.Addr().String(), ID: id}
+		if c.KVEvents {
+			rc.KVEvents = &kvevents.Config{Endpoint: srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
+		}
+		pcfg.Replicas = append(pcfg.Replicas, rc)
+	}
+	return servers, index, nil
 }
 
 // tally fills in res from the replayed requests and from the replicas' own
