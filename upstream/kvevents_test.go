@@ -277,3 +277,61 @@ func TestKVEventsConfigErrorsNameTheField(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+func TestTokenizeBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		want             map[string]string // field → raw JSON; nil: not tokenizable
+	}{
+		{"chat", "/v1/chat/completions",
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}],"temperature":0.2,"stream":true}`,
+			map[string]string{"model": `"m"`, "messages": `[{"role":"user","content":"hi"}]`, "tools": `[{"type":"function"}]`, "add_generation_prompt": "true"}},
+		{"chat continuing the last message", "/v1/chat/completions",
+			`{"messages":[{"role":"assistant","content":"Once"}],"add_generation_prompt":false,"continue_final_message":true}`,
+			map[string]string{"model": "null", "messages": `[{"role":"assistant","content":"Once"}]`, "add_generation_prompt": "false", "continue_final_message": "true"}},
+		{"completion", "/v1/completions", `{"model":"m","prompt":"abc","max_tokens":3}`,
+			map[string]string{"model": `"m"`, "prompt": `"abc"`}},
+		{"token-array prompt", "/v1/completions", `{"model":"m","prompt":[1,2,3]}`, nil},
+		{"no messages", "/v1/chat/completions", `{"model":"m"}`, nil},
+		{"not JSON", "/v1/chat/completions", `{`, nil},
+		{"other path", "/v1/embeddings", `{"input":"x"}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tokenizeBody(tc.path, []byte(tc.body))
+			if tc.want == nil {
+				require.False(t, ok)
+				return
+			}
+			require.True(t, ok)
+			raw := map[string]string{}
+			for k, v := range got {
+				raw[k] = string(v)
+			}
+			if got["model"] == nil {
+				raw["model"] = "null"
+			}
+			require.Equal(t, tc.want, raw)
+		})
+	}
+}
+
+func TestTokenCacheBoundedInTokens(t *testing.T) {
+	c := newTokenCache(100)
+	c.put(1, make([]uint32, 25))
+	c.put(2, make([]uint32, 20))
+	_, ok := c.get(1) // 1 is now more recent than 2
+	require.True(t, ok)
+	c.put(3, make([]uint32, 25))
+	c.put(4, make([]uint32, 25))
+	c.put(5, make([]uint32, 25)) // 120 tokens: 2, the least recent, goes
+	_, ok = c.get(2)
+	require.False(t, ok)
+	for _, k := range []uint64{1, 3, 4, 5} {
+		_, ok := c.get(k)
+		require.True(t, ok, "key %d", k)
+	}
+	c.put(6, make([]uint32, 26)) // over a quarter of the cache: not kept
+	_, ok = c.get(6)
+	require.False(t, ok)
+	require.Equal(t, 100, c.size)
+}
