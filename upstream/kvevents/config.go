@@ -31,6 +31,11 @@ type Config struct {
 	Topic string `yaml:"topic" json:"topic"`
 	// Mode is "connect" (default) or "bind".
 	Mode string `yaml:"mode" json:"mode"`
+	// ReplayEndpoint is the engine's replay socket (vLLM's kv-events-config
+	// "replay_endpoint", a ROUTER it binds), tcp://host:port: after a
+	// sequence gap the subscriber asks it for the missed batches and
+	// applies them before going on. Empty: gaps are counted, not repaired.
+	ReplayEndpoint string `yaml:"replay_endpoint,omitempty" json:"replay_endpoint,omitempty"`
 }
 
 // Limits bound what one replica's publisher can make the gateway hold,
@@ -90,6 +95,11 @@ func (c Config) ValidateAt(path string) error {
 	}
 	if _, err := c.address(); err != nil {
 		errs = append(errs, fmt.Errorf("%s.endpoint: %w", path, err))
+	}
+	if c.ReplayEndpoint != "" {
+		if _, err := (Config{Endpoint: c.ReplayEndpoint}).address(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.replay_endpoint: %w", path, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -31,11 +31,15 @@
 // # What can go wrong, and what is done
 //
 //   - Sequence gap (batches lost: the publisher's high-water mark, a
-//     reconnect, an undecodable or oversized batch): counted, index kept.
-//     Clearing would forget the hot prefixes, which the engine does not
-//     announce again until it evicts and recomputes them; keeping risks a
-//     few stale blocks, which cost a cache miss and are forgotten at
-//     max_blocks (oldest first) or repaired by later events.
+//     reconnect, an undecodable or oversized batch): with a replay endpoint
+//     (vLLM's ROUTER), the missed batches are fetched and applied in order
+//     before the one after the gap (this side a DEALER asking [empty,
+//     start], the engine answering [empty, seq, payload]…, then seq −1), within
+//     2s. What is still missing is counted and the index kept. Clearing
+//     would forget the hot prefixes, which the engine does not announce
+//     again until it evicts and recomputes them; keeping risks a few stale
+//     blocks, which cost a cache miss and are forgotten at max_blocks
+//     (oldest first) or repaired by later events.
 //   - Engine restart (sequence number went back): index cleared.
 //   - Joining late: blocks stored before the gateway listened are unknown,
 //     and so are their children (counted as orphans) until recomputed.

@@ -227,3 +227,13 @@ func seqTokens(from, n int) []uint32 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// handshakeAs runs the peer side of a handshake as a socket of type typ
+// (the test's stand-in for an engine's socket).
+func handshakeAs(nc net.Conn, typ string) (*zconn, error) {
+	c, err := handshake(nc, typ, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	return c, nc.SetDeadline(time.Time{})
+}

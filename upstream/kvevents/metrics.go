@@ -42,6 +42,7 @@ type metrics struct {
 	gaps      *prometheus.CounterVec // pool, replica
 	missed    *prometheus.CounterVec // pool, replica
 	restarts  *prometheus.CounterVec // pool, replica
+	replayed  *prometheus.CounterVec // pool, replica
 	dropped   *prometheus.CounterVec // pool, replica, reason
 	blocks    *prometheus.GaugeVec   // pool, replica
 	connected *prometheus.GaugeVec   // pool, replica
@@ -64,8 +65,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		received:  counter("received_total", "KV-cache events received from the replica's engine, by type.", "type"),
 		batches:   counter("batches_total", "Event batches (ZMQ messages) received."),
 		decodeErr: counter("decode_errors_total", "Messages or events that could not be decoded and were skipped."),
-		gaps:      counter("sequence_gaps_total", "Times the batch sequence number jumped ahead: batches were lost and the index may be stale."),
-		missed:    counter("missed_batches_total", "Batches lost in sequence gaps."),
+		gaps:      counter("sequence_gaps_total", "Times the batch sequence number jumped ahead and the replay socket (if any) did not fill the gap: batches were lost and the index may be stale."),
+		missed:    counter("missed_batches_total", "Batches lost in sequence gaps that were not replayed."),
+		replayed:  counter("replayed_batches_total", "Batches fetched from the engine's replay socket to fill sequence gaps."),
 		restarts:  counter("restarts_total", "Times the sequence number went back (the engine restarted); the replica's index was cleared."),
 		dropped:   counter("dropped_total", "Messages or blocks not indexed, by reason.", "reason"),
 		blocks:    gauge("index_blocks", "Blocks in the replica's event-fed index."),

@@ -62,7 +62,7 @@ type Subscriber struct {
 
 	m struct {
 		received                                              [4]prometheus.Counter
-		batches, decodeErr, gaps, missed, restarts            prometheus.Counter
+		batches, decodeErr, gaps, missed, restarts, replayed  prometheus.Counter
 		dropSize, dropTokens, dropOrphan, dropCap, dropMedium prometheus.Counter
 		dropGroup, dropPending                                prometheus.Counter
 		blocks, connected, lastEvent                          prometheus.Gauge
@@ -113,6 +113,7 @@ func NewSubscriber(pool, replica string, cfg Config, lim Limits, opts Options, r
 	s.m.batches = m.batches.With(l)
 	s.m.decodeErr = m.decodeErr.With(l)
 	s.m.gaps, s.m.missed, s.m.restarts = m.gaps.With(l), m.missed.With(l), m.restarts.With(l)
+	s.m.replayed = m.replayed.With(l)
 	drop := m.dropped.MustCurryWith(l)
 	s.m.dropSize, s.m.dropTokens = drop.WithLabelValues(dropMessageSize), drop.WithLabelValues(dropTokenCap)
 	s.m.dropOrphan, s.m.dropCap = drop.WithLabelValues(dropOrphan), drop.WithLabelValues(dropCapacity)
@@ -345,6 +346,15 @@ func (s *Subscriber) handle(d *decoder, frames [][]byte) {
 
 	s.seqMu.Lock()
 	defer s.seqMu.Unlock()
+	if r := rankSlot(b.rank); s.cfg.ReplayEndpoint != "" && s.seqSeen[r] && seq > s.seq[r]+1 {
+		s.replay(b.rank, s.seq[r]+1, seq)
+	}
+	s.applyBatch(d, b, seq)
+}
+
+// applyBatch applies one decoded batch numbered seq under the index lock.
+// Caller holds seqMu.
+func (s *Subscriber) applyBatch(d *decoder, b batch, seq uint64) {
 	x := s.idx
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -356,6 +366,74 @@ func (s *Subscriber) handle(d *decoder, frames [][]byte) {
 	s.m.blocks.Set(float64(x.len()))
 }
 
+// replayTimeout bounds one replay: connecting, asking and receiving.
+const replayTimeout = 2 * time.Second
+
+// endSeq is the replay socket's end marker, -1 as a big-endian int64.
+var endSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// replay asks the engine's replay socket (a ROUTER; this side is a DEALER)
+// for the batches of rank numbered from..to−1 and applies each as it
+// arrives, in order, before the batch numbered to. vLLM answers
+// [empty, seq, payload] for each buffered batch from `from` on, then
+// [empty, -1, empty]. Whatever it cannot deliver within replayTimeout stays
+// a gap (counted when the batch numbered to is applied). The index lock is
+// taken per batch, never across the network wait. Caller holds seqMu.
+func (s *Subscriber) replay(rank int64, from, to uint64) {
+	addr, err := (Config{Endpoint: s.cfg.ReplayEndpoint}).address()
+	if err != nil {
+		return
+	}
+	d := net.Dialer{Timeout: replayTimeout}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		s.log.Warn("kv events replay unreachable", "err", err)
+		return
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(replayTimeout))
+	c, err := handshake(nc, "DEALER", s.lim.MaxMessageBytes)
+	if err != nil {
+		s.log.Warn("kv events replay handshake failed", "err", err)
+		return
+	}
+	if err := c.send(nil, binary.BigEndian.AppendUint64(nil, from)); err != nil {
+		return
+	}
+	dec := decoder{maxTokens: s.lim.MaxTokensPerEvent}
+	for {
+		frames, oversize, err := c.next()
+		if err != nil {
+			s.log.Warn("kv events replay cut short", "err", err)
+			return
+		}
+		if oversize {
+			s.m.dropSize.Inc()
+			continue
+		}
+		if len(frames) < 3 || len(frames[1]) != 8 || string(frames[1]) == string(endSeq) {
+			return
+		}
+		seq := binary.BigEndian.Uint64(frames[1])
+		if seq < from {
+			continue
+		}
+		if seq >= to {
+			return
+		}
+		b, err := dec.header(frames[2])
+		if err != nil || b.rank != rank {
+			s.m.decodeErr.Inc()
+			continue
+		}
+		s.applyBatch(&dec, b, seq)
+		s.m.replayed.Inc()
+	}
+}
+
+// rankSlot is the sequence slot of a data-parallel rank.
+func rankSlot(rank int64) int64 { return min(max(rank, 0), maxRanks-1) }
+
 // sequence checks a batch's sequence number against its rank's previous
 // one. A number that went back means the engine restarted (vLLM numbers
 // batches from 0 per engine): its cache is empty, so the index is cleared.
@@ -366,7 +444,7 @@ func (s *Subscriber) handle(d *decoder, frames [][]byte) {
 // until it evicts and recomputes them — and the gap is counted. Caller
 // holds seqMu and the index lock.
 func (s *Subscriber) sequence(rank int64, seq uint64) {
-	r := min(max(rank, 0), maxRanks-1)
+	r := rankSlot(rank)
 	last, seen := s.seq[r], s.seqSeen[r]
 	s.seq[r], s.seqSeen[r] = seq, true
 	switch {

@@ -237,3 +237,72 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, Config{Endpoint: "tcp://10.0.0.7:5557"}.ValidateAt("kv"))
 	require.ErrorContains(t, Limits{MaxBlocks: 0, MaxMessageBytes: 1, MaxTokensPerEvent: 1, MaxPendingBlocks: 1}.ValidateAt("kv"), "kv.max_blocks")
 }
+
+// serveReplay answers one replay request on ln as vLLM's ROUTER does:
+// every buffered batch from the asked sequence number on, then the end
+// marker. It returns the number asked for on the channel.
+func serveReplay(t *testing.T, ln net.Listener, buffered [][]byte) <-chan uint64 {
+	asked := make(chan uint64, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nc.Close()
+		c, err := handshakeAs(nc, "ROUTER")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		frames, _, err := c.next()
+		if err != nil || len(frames) != 2 || len(frames[0]) != 0 || len(frames[1]) != 8 {
+			t.Errorf("replay request: %q, %v", frames, err)
+			return
+		}
+		from := binary.BigEndian.Uint64(frames[1])
+		asked <- from
+		for seq := from; seq < uint64(len(buffered)); seq++ {
+			if err := c.send(nil, binary.BigEndian.AppendUint64(nil, seq), buffered[seq]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := c.send(nil, endSeq, nil); err != nil {
+			t.Error(err)
+		}
+	}()
+	return asked
+}
+
+func TestSubscriberReplaysAGap(t *testing.T) {
+	replayLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { replayLn.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	s := newTestSub(t, Config{Endpoint: "tcp://" + ln.Addr().String(), Topic: "kv-events",
+		ReplayEndpoint: "tcp://" + replayLn.Addr().String()}, Limits{}, nil)
+	s.run(t)
+	p := acceptPub(t, ln)
+
+	prompt := seqTokens(0, 16)
+	batches := make([][]byte, 4) // one block each, chained
+	for i := range batches {
+		var parent *uint64
+		if i > 0 {
+			parent = ptr(uint64(i))
+		}
+		batches[i] = AppendBatch(nil, 0, 0, []Event{storedBlocks(uint64(i+1), parent, prompt[4*i:4*i+4], 4)})
+	}
+	asked := serveReplay(t, replayLn, batches)
+	p.batch(0, batches[0])
+	p.batch(3, batches[3]) // 1 and 2 lost on the way
+	s.wait(t, 2)
+	require.Equal(t, uint64(1), <-asked)
+	require.Equal(t, 4, s.Leading(AppendKeys(nil, prompt, 4, 0)), "the replayed blocks chain the last one")
+	require.Equal(t, float64(2), s.counter(t, "replayed_batches_total"))
+	require.Zero(t, s.counter(t, "sequence_gaps_total"))
+	require.Zero(t, s.counter(t, "dropped_total", "reason", dropOrphan))
+}

@@ -51,9 +51,27 @@ func greeting() []byte {
 	return g
 }
 
-// handshake runs the NULL-mechanism handshake as a SUB socket and
+// newZConn runs the NULL-mechanism handshake as a SUB socket and
 // subscribes to topic.
 func newZConn(nc net.Conn, topic string, maxMessage int) (*zconn, error) {
+	c, err := handshake(nc, "SUB", maxMessage)
+	if err != nil {
+		return nil, err
+	}
+	sub := append([]byte{1}, topic...)
+	if _, err := nc.Write(frame(0, sub)); err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// peerTypes are the socket types each of ours may talk to.
+var peerTypes = map[string][]string{"SUB": {"PUB", "XPUB"}, "DEALER": {"ROUTER", "DEALER"}, "ROUTER": {"DEALER", "REQ"}}
+
+// handshake runs the NULL-mechanism handshake as a socket of type typ,
+// leaving the handshake deadline set on nc for the caller to clear.
+func handshake(nc net.Conn, typ string, maxMessage int) (*zconn, error) {
 	c := &zconn{nc: nc, br: newBufReader(nc), max: maxMessage}
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	if _, err := nc.Write(greeting()); err != nil {
@@ -69,7 +87,7 @@ func newZConn(nc net.Conn, topic string, maxMessage int) (*zconn, error) {
 	if string(trimNUL(peer[12:32])) != "NULL" {
 		return nil, fmt.Errorf("%w: security mechanism %q (only NULL is supported)", errProtocol, trimNUL(peer[12:32]))
 	}
-	if _, err := nc.Write(command("READY", property("Socket-Type", "SUB"))); err != nil {
+	if _, err := nc.Write(command("READY", property("Socket-Type", typ))); err != nil {
 		return nil, err
 	}
 	name, body, err := c.readCommand()
@@ -78,20 +96,29 @@ func newZConn(nc net.Conn, topic string, maxMessage int) (*zconn, error) {
 	}
 	switch name {
 	case "READY":
-		if st, ok := readProperty(body, "Socket-Type"); ok && st != "PUB" && st != "XPUB" {
-			return nil, fmt.Errorf("%w: peer is a %s socket, not PUB", errProtocol, st)
+		if st, ok := readProperty(body, "Socket-Type"); ok && !slices.Contains(peerTypes[typ], st) {
+			return nil, fmt.Errorf("%w: peer is a %s socket, which a %s cannot talk to", errProtocol, st, typ)
 		}
 	case "ERROR":
 		return nil, fmt.Errorf("%w: peer refused: %q", errProtocol, body)
 	default:
 		return nil, fmt.Errorf("%w: expected READY, got %q", errProtocol, name)
 	}
-	sub := append([]byte{1}, topic...)
-	if _, err := nc.Write(frame(0, sub)); err != nil {
-		return nil, err
-	}
-	_ = nc.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// send writes one message of frames.
+func (c *zconn) send(frames ...[]byte) error {
+	var out []byte
+	for i, f := range frames {
+		var more byte
+		if i < len(frames)-1 {
+			more = 1
+		}
+		out = append(out, frame(more, f)...)
+	}
+	_, err := c.nc.Write(out)
+	return err
 }
 
 func trimNUL(b []byte) []byte {

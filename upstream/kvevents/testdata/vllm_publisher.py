@@ -1,7 +1,7 @@
 """Publishes KV-cache events the way vLLM's ZmqEventPublisher does, for the
 interop test in pyzmq_test.go: libzmq on the wire, msgspec for the payload.
 
-usage: vllm_publisher.py ENDPOINT (map|array) [connect]
+usage: vllm_publisher.py ENDPOINT (map|array) [connect | replay=ENDPOINT]
 
 The event structs follow vllm/distributed/kv_events.py: "map" is vLLM 0.32's
 encoding (tagged structs as maps), "array" the older array_like one. An XPUB
@@ -15,6 +15,7 @@ import zmq
 
 endpoint, encoding = sys.argv[1], sys.argv[2]
 connect = sys.argv[3:] == ["connect"]  # vLLM connects when its endpoint names a host
+replay = sys.argv[3][len("replay="):] if sys.argv[3:] and sys.argv[3].startswith("replay=") else None
 array_like = encoding == "array"
 
 
@@ -66,6 +67,10 @@ batches = [
 ]
 
 ctx = zmq.Context.instance()
+router = None
+if replay:
+    router = ctx.socket(zmq.ROUTER)
+    router.bind(replay)
 pub = ctx.socket(zmq.XPUB)
 if connect:
     pub.connect(endpoint)
@@ -75,7 +80,22 @@ print("ready", flush=True)
 sub = pub.recv()  # b"\x01" + topic
 assert sub[:1] == b"\x01", sub
 enc = msgspec.msgpack.Encoder()
+buffer = []
 for seq, events in enumerate(batches):
-    pub.send_multipart((b"kv-events", seq.to_bytes(8, "big"), enc.encode(EventBatch(ts=1.0, events=events, data_parallel_rank=0))))
+    payload = enc.encode(EventBatch(ts=1.0, events=events, data_parallel_rank=0))
+    buffer.append((seq, payload))
+    if replay and seq == 1:
+        continue  # lost on the way: only the replay socket has it
+    pub.send_multipart((b"kv-events", seq.to_bytes(8, "big"), payload))
+if router is not None:
+    # As vLLM's _service_replay: [identity, empty, start] in, each buffered
+    # batch from start on out, then the end marker.
+    assert router.poll(10000), "no replay request"
+    client_id, _, start = router.recv_multipart()
+    for seq, payload in buffer:
+        if seq >= int.from_bytes(start, "big"):
+            router.send_multipart((client_id, b"", seq.to_bytes(8, "big"), payload))
+    router.send_multipart((client_id, b"", (-1).to_bytes(8, "big", signed=True), b""))
+    router.close(linger=5000)
 pub.close(linger=5000)
 ctx.term()
