@@ -72,7 +72,8 @@ type Subscriber struct {
 
 // NewSubscriber validates cfg and lim and builds a replica's subscriber.
 // reg receives the triage_upstream_kv_events_* series (nil: a private
-// registry); log nil means slog.Default().
+// registry); log nil means slog.Default(). Its records name the replica and
+// the endpoint; the caller's logger names the pool if it should.
 func NewSubscriber(pool, replica string, cfg Config, lim Limits, opts Options, reg prometheus.Registerer, log *slog.Logger) (*Subscriber, error) {
 	if lim == (Limits{}) {
 		lim = DefaultLimits()
@@ -94,7 +95,7 @@ func NewSubscriber(pool, replica string, cfg Config, lim Limits, opts Options, r
 	s := &Subscriber{
 		pool: pool, replica: replica, cfg: cfg, addr: addr, lim: lim,
 		staleAfter: opts.StaleAfter, pendingTTL: opts.PendingTTL, now: opts.Now, handled: opts.Handled,
-		log: log.With("pool", pool, "replica", replica, "kv_events", cfg.Endpoint),
+		log: log.With("replica", replica, "kv_events", cfg.Endpoint),
 		idx: newIndex(lim.MaxBlocks, lim.MaxPendingBlocks),
 	}
 	if s.staleAfter <= 0 {
