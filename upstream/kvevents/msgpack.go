@@ -51,14 +51,6 @@ func (r *reader) peek() byte {
 	return r.b[r.i]
 }
 
-func (r *reader) u8() byte {
-	if !r.need(1) {
-		return 0
-	}
-	r.i++
-	return r.b[r.i-1]
-}
-
 func (r *reader) be(n int) uint64 {
 	if !r.need(n) {
 		return 0
