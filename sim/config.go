@@ -61,6 +61,15 @@ type Config struct {
 	// vllm:kv_cache_usage_perc. 0 disables prefix caching.
 	KVCacheBlocks int `yaml:"kv_cache_blocks"`
 
+	// KVEventsEndpoint, when set, publishes the prefix cache's changes as
+	// vLLM's KV-cache events (BlockStored, BlockRemoved, AllBlocksCleared)
+	// on a ZMQ PUB socket bound there, topic "kv-events":
+	// tcp://127.0.0.1:5557, or port 0 for a free one (ListenLocal gives
+	// each replica its own: a fixed port is offset by the replica's index,
+	// as vLLM offsets it by data-parallel rank). BlockChars must then be a
+	// multiple of 4, so a block is whole tokens. Empty: no events.
+	KVEventsEndpoint string `yaml:"kv_events_endpoint"`
+
 	// ErrorRate is the fraction of requests answered 500 before queueing.
 	ErrorRate float64 `yaml:"error_rate"`
 	// StallFirstByte delays every request this long before anything is read
@@ -194,6 +203,14 @@ func (c Config) ValidateAt(path string) error {
 	if c.BlockChars < 1 {
 		bad("block_chars", "must be >= 1, got %d", c.BlockChars)
 	}
+	if c.KVEventsEndpoint != "" {
+		if !strings.HasPrefix(c.KVEventsEndpoint, "tcp://") {
+			bad("kv_events_endpoint", "must be tcp://host:port, got %q", c.KVEventsEndpoint)
+		}
+		if c.BlockChars%4 != 0 {
+			bad("block_chars", "must be a multiple of 4 (whole tokens) when kv_events_endpoint is set, got %d", c.BlockChars)
+		}
+	}
 	if c.KVCacheBlocks < 0 {
 		bad("kv_cache_blocks", "must be >= 0, got %d", c.KVCacheBlocks)
 	}
@@ -219,6 +236,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", c.MaxOutputTokens, "cap on output tokens per request")
 	fs.IntVar(&c.BlockChars, "block-chars", c.BlockChars, "prefix-cache block size in prompt bytes (4 bytes = 1 token)")
 	fs.IntVar(&c.KVCacheBlocks, "kv-cache-blocks", c.KVCacheBlocks, "simulated KV cache capacity in blocks (0: no prefix caching)")
+	fs.StringVar(&c.KVEventsEndpoint, "kv-events-endpoint", c.KVEventsEndpoint, "publish KV-cache events (vLLM's format) on a ZMQ PUB socket bound here, e.g. tcp://127.0.0.1:5557 (empty: none)")
 	fs.Float64Var(&c.ErrorRate, "error-rate", c.ErrorRate, "fraction of requests answered 500")
 	fs.DurationVar(&c.StallFirstByte, "stall-first-byte", c.StallFirstByte, "delay before any byte of every request is read or written")
 	fs.Float64Var(&c.CloseMidStreamRate, "close-mid-stream-rate", c.CloseMidStreamRate, "fraction of streaming requests whose connection is cut before [DONE]")

@@ -88,7 +88,7 @@ func TestBindFlags(t *testing.T) {
 	// One flag per YAML key.
 	var flags []string
 	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, strings.ReplaceAll(f.Name, "-", "_")) })
-	assert.Len(t, flags, 17)
+	assert.Len(t, flags, 18)
 	for _, f := range flags {
 		assert.Contains(t, yamlKeys(), f)
 	}
@@ -97,6 +97,6 @@ func TestBindFlags(t *testing.T) {
 func yamlKeys() []string {
 	return []string{"name", "model", "max_running", "max_waiting", "ttft_base", "prefill_per_token",
 		"decode_per_token", "jitter", "default_max_tokens", "max_output_tokens", "block_chars",
-		"kv_cache_blocks", "error_rate", "stall_first_byte", "close_mid_stream_rate",
+		"kv_cache_blocks", "kv_events_endpoint", "error_rate", "stall_first_byte", "close_mid_stream_rate",
 		"close_after_chunks", "seed"}
 }

@@ -158,7 +158,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 		s.metrics.finished.WithLabelValues(finishAbort).Inc()
 		return
 	}
-	s.cache.insert(hashes)
+	var changed func(stored []int, removed []uint64)
+	if s.events != nil {
+		changed = func(stored []int, removed []uint64) {
+			s.events.blocks(req.prompt, hashes, stored, removed, s.cfg.BlockChars)
+		}
+	}
+	s.cache.insert(hashes, changed)
 	s.metrics.promptTokens.Add(float64(j.promptTokens))
 	firstToken := s.clock.Now()
 	s.metrics.ttft.Observe(firstToken.Sub(j.arrival).Seconds())

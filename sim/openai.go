@@ -333,3 +333,20 @@ type modelCard struct {
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
 }
+
+// tokenizeRequestJSON is vLLM's /tokenize request: a completion prompt, or
+// chat messages that the chat template renders first.
+type tokenizeRequestJSON struct {
+	Model    string             `json:"model"`
+	Prompt   *string            `json:"prompt"`
+	Messages *[]chatMessageJSON `json:"messages"`
+}
+
+type tokenizeResponse struct {
+	Tokens      []uint32 `json:"tokens"`
+	Count       int      `json:"count"`
+	MaxModelLen int      `json:"max_model_len"`
+}
+
+// maxModelLen is what /tokenize reports as the context length.
+const maxModelLen = 131072

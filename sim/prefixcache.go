@@ -70,24 +70,45 @@ func (c *prefixCache) match(hashes []uint64) int {
 }
 
 // insert adds every block of hashes, evicting the least recently used
-// blocks beyond capacity.
-func (c *prefixCache) insert(hashes []uint64) {
+// blocks beyond capacity. When changed is not nil it is told, under the
+// cache's lock so that calls arrive in the cache's own order, which blocks
+// were new (the indices into hashes, ascending) and which were evicted: what
+// a vLLM engine reports as BlockStored and BlockRemoved events.
+func (c *prefixCache) insert(hashes []uint64, changed func(stored []int, removed []uint64)) {
 	if c.capacity == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, h := range hashes {
+	var stored []int
+	var removed []uint64
+	for i, h := range hashes {
 		if e, ok := c.index[h]; ok {
 			c.lru.MoveToFront(e)
 			continue
 		}
 		c.index[h] = c.lru.PushFront(h)
+		stored = append(stored, i)
 		if c.lru.Len() > c.capacity {
 			old := c.lru.Back()
 			c.lru.Remove(old)
 			delete(c.index, old.Value.(uint64))
+			removed = append(removed, old.Value.(uint64))
 		}
+	}
+	if changed != nil && (len(stored) > 0 || len(removed) > 0) {
+		changed(stored, removed)
+	}
+}
+
+// clear drops every block; changed, when not nil, is told under the lock.
+func (c *prefixCache) clear(changed func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Init()
+	clear(c.index)
+	if changed != nil {
+		changed()
 	}
 }
 

@@ -22,13 +22,13 @@ func TestPrefixCacheMatchesLeadingRunAndEvictsLRU(t *testing.T) {
 	c := newPrefixCache(4)
 	p := BlockHashes("aaaabbbbccccdddd", 4) // 4 blocks
 	assert.Equal(t, 0, c.match(p))
-	c.insert(p)
+	c.insert(p, nil)
 	assert.Equal(t, 4, c.match(p))
 	assert.Equal(t, 2, c.match(BlockHashes("aaaabbbbXXXXdddd", 4)))
 
 	// The partial match touched p[0] and p[1], so two new blocks evict the
 	// least recently used p[2] and p[3].
-	c.insert(BlockHashes("eeeeffff", 4))
+	c.insert(BlockHashes("eeeeffff", 4), nil)
 	assert.Equal(t, 4, c.len())
 	assert.Equal(t, 2, c.match(p))
 	assert.Equal(t, 2, c.match(BlockHashes("eeeeffff", 4)))
@@ -37,15 +37,15 @@ func TestPrefixCacheMatchesLeadingRunAndEvictsLRU(t *testing.T) {
 func TestPrefixCacheHoleEndsTheMatch(t *testing.T) {
 	c := newPrefixCache(2)
 	p := BlockHashes("aaaabbbb", 4)
-	c.insert(p)
-	c.insert(BlockHashes("xxxx", 4)) // evicts p[0], keeps p[1]
+	c.insert(p, nil)
+	c.insert(BlockHashes("xxxx", 4), nil) // evicts p[0], keeps p[1]
 	assert.Equal(t, 0, c.match(p), "p[1] is cached but its prefix is not")
 }
 
 func TestPrefixCacheDisabled(t *testing.T) {
 	c := newPrefixCache(0)
 	p := BlockHashes("aaaabbbb", 4)
-	c.insert(p)
+	c.insert(p, nil)
 	assert.Equal(t, 0, c.match(p))
 	assert.Equal(t, 0, c.len())
 }

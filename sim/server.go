@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -42,6 +43,7 @@ type Server struct {
 
 	sched   *scheduler
 	cache   *prefixCache
+	events  *eventPublisher // nil without Config.KVEventsEndpoint
 	metrics *metrics
 	promh   http.Handler
 	created int64 // unix seconds, for /v1/models
@@ -55,8 +57,9 @@ type Server struct {
 	prefixHits    atomic.Int64
 	slowdown      atomic.Uint64 // math.Float64bits of SetSlowdown's factor; 0 means 1
 
-	closed context.Context // done after Close
-	close  context.CancelFunc
+	closed    context.Context // done after Close
+	close     context.CancelFunc
+	closeOnce sync.Once
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -102,6 +105,13 @@ func New(cfg Config, opts Options) (*Server, error) {
 	fmt.Fprintf(h, "%s/%d", cfg.Name, cfg.Seed)
 	s.idPrefix = fmt.Sprintf("%08x", h.Sum32())
 	s.closed, s.close = context.WithCancel(context.Background())
+	if cfg.KVEventsEndpoint != "" {
+		ev, err := listenEvents(cfg.KVEventsEndpoint, cfg.BlockChars, s.clock)
+		if err != nil {
+			return nil, fmt.Errorf("sim %s: %w", cfg.Name, err)
+		}
+		s.events = ev
+	}
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s)
 	s.promh = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -160,6 +170,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		method, handle = http.MethodPost, s.handleCompletion
 	case "/v1/models":
 		method, handle = http.MethodGet, s.handleModels
+	case "/tokenize":
+		method, handle = http.MethodPost, s.handleTokenize
 	case "/health":
 		method, handle = http.MethodGet, s.handleHealth
 	case "/metrics":
@@ -220,6 +232,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.Close()
 		hs.Close()
 	}
+	s.closeOnce.Do(func() {
+		if s.events != nil {
+			s.events.close()
+		}
+	})
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	}
@@ -227,10 +244,75 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // Close makes the server refuse new generation requests (503) and report
-// unhealthy, and cuts in-flight ones at their next delay. It does not wait
-// for handlers: their goroutines belong to the http.Server running s.
-// Close is idempotent and always returns nil.
+// unhealthy, cuts in-flight ones at their next delay, and closes the KV
+// events socket. It does not wait for handlers: their goroutines belong to
+// the http.Server running s. Close is idempotent and always returns nil.
 func (s *Server) Close() error {
 	s.close()
+	s.closeOnce.Do(func() {
+		if s.events != nil {
+			s.events.close()
+		}
+	})
 	return nil
+}
+
+// KVEventsEndpoint returns where the server publishes its KV-cache events
+// (tcp://127.0.0.1:port once bound), or "" without Config.KVEventsEndpoint.
+func (s *Server) KVEventsEndpoint() string {
+	if s.events == nil {
+		return ""
+	}
+	return s.events.endpoint
+}
+
+// ClearCache empties the prefix cache, as an engine's cache reset does, and
+// publishes AllBlocksCleared.
+func (s *Server) ClearCache() {
+	var changed func()
+	if s.events != nil {
+		changed = s.events.cleared
+	}
+	s.cache.clear(changed)
+}
+
+// handleTokenize answers vLLM's POST /tokenize: the prompt's tokens as
+// Tokenize makes them, the chat messages rendered by RenderChat first, so
+// they are exactly the tokens the simulator counts, caches and reports in
+// its KV events.
+func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, badRequest("", "reading request body: %v", err))
+		return
+	}
+	var in tokenizeRequestJSON
+	if e := decodeBody(body, &in); e != nil {
+		writeError(w, e)
+		return
+	}
+	var text string
+	switch {
+	case in.Messages != nil:
+		msgs := make([]Message, len(*in.Messages))
+		for i, m := range *in.Messages {
+			content, e := messageContent(m.Content, i)
+			if e != nil {
+				writeError(w, e)
+				return
+			}
+			if m.Role != nil {
+				msgs[i].Role = *m.Role
+			}
+			msgs[i].Content = content
+		}
+		text = RenderChat(msgs)
+	case in.Prompt != nil:
+		text = *in.Prompt
+	default:
+		writeError(w, badRequest("prompt", "prompt or messages: required"))
+		return
+	}
+	tokens := Tokenize(text)
+	writeJSON(w, http.StatusOK, tokenizeResponse{Tokens: tokens, Count: len(tokens), MaxModelLen: maxModelLen})
 }

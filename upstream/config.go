@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triage-gw/triage/upstream/kvevents"
 	"github.com/triage-gw/triage/upstream/policy"
 )
 
@@ -62,6 +63,9 @@ type PoolConfig struct {
 	// streams are then counted in triage_upstream_unmetered_total. Default
 	// true.
 	AskStreamUsage bool `yaml:"ask_stream_usage" json:"ask_stream_usage"`
+	// KVEvents is how the pool routes on its replicas' KV-cache events
+	// (those replicas with kv_events); see KVEventsConfig.
+	KVEvents KVEventsConfig `yaml:"kv_events" json:"kv_events"`
 }
 
 // ReplicaConfig describes one upstream server.
@@ -83,6 +87,10 @@ type ReplicaConfig struct {
 	Headers map[string]string `yaml:"headers" json:"-"`
 	// Weight is handed to pickers in Candidate.Weight. 0 (unset) means 1.
 	Weight float64 `yaml:"weight" json:"weight"`
+	// KVEvents subscribes to the replica's KV-cache events (vLLM
+	// --kv-events-config), so the prefix-aware policies score it by what
+	// its engine reports holding instead of guessing. Nil: no events.
+	KVEvents *kvevents.Config `yaml:"kv_events,omitempty" json:"kv_events,omitempty"`
 }
 
 // HealthCheckConfig configures the active health probe: GET Path on each
@@ -159,6 +167,7 @@ func DefaultPoolConfig() PoolConfig {
 		},
 		ScrapeInterval: Duration(2 * time.Second),
 		AskStreamUsage: true,
+		KVEvents:       DefaultKVEventsConfig(),
 		Timeouts: TimeoutsConfig{
 			Connect:    Duration(2 * time.Second),
 			FirstByte:  Duration(20 * time.Second),
@@ -209,6 +218,9 @@ func (c *PoolConfig) ValidateAt(path string) error {
 			if err := CheckHeader(name, value); err != nil {
 				bad(field+".headers", "%v", err)
 			}
+		}
+		if r.KVEvents != nil {
+			errs = append(errs, r.KVEvents.ValidateAt(path+"."+field+".kv_events"))
 		}
 	}
 
@@ -265,7 +277,7 @@ func (c *PoolConfig) ValidateAt(path string) error {
 		errs = append(errs, c.Prices.ValidateAt(path+".prices"))
 	}
 	errs = append(errs, c.Policy.ValidateAt(path+".policy"), c.Admission.ValidateAt(path+".admission"),
-		c.Retry.ValidateAt(path+".retry"))
+		c.Retry.ValidateAt(path+".retry"), c.KVEvents.ValidateAt(path+".kv_events"))
 	return errors.Join(errs...)
 }
 

@@ -27,6 +27,16 @@
 // vLLM's counters and histograms by comparing each scrape with the
 // previous successful one (see derive).
 //
+// KV-cache events: a replica with kv_events (vLLM's --kv-events-config)
+// has a kvevents.Subscriber that keeps an index of the blocks its engine
+// reports holding. Before a pick the pool asks one such replica's POST
+// /tokenize for the prompt's token ids (bounded by kv_events.tokenize_timeout,
+// cached by the prompt's hash) and hands the policy a policy.CacheView over
+// the indexes; a replica whose events are down or silent, or a request that
+// cannot be tokenized, is scored by the policy's own guess. After the pick
+// the request's new blocks count as held by the chosen replica for
+// kv_events.pending_ttl. Each gateway of a fleet subscribes itself.
+//
 // Fleet mode: when several gateways share replicas, Options.Remote adds the other gateways'
 // in-flight counts (as of their latest snapshots) to each Candidate's InFlight, and
 // Options.Picks receives what the policy shares about each pick (policy.Sharer), which the

@@ -173,6 +173,7 @@ func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
 		}
 	}
 
+	p.attachCache(ctx, fr)
 	r, load, err := p.acquire(req, nil)
 	if err != nil {
 		return nil, err

@@ -90,6 +90,7 @@ type Pool struct {
 	tries   [maxTriesLimit][numTryOutcomes]prometheus.Counter
 	traced  bool // the transport reports connections to a client trace (connFailure)
 	running atomic.Bool
+	kv      *kvRouting // nil when no replica publishes KV-cache events
 
 	// The cost counters; nil when there are no prices to count with.
 	cost, baselineCost prometheus.Counter
@@ -188,6 +189,9 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		p.replicas = append(p.replicas, r)
 		p.byID[r.id] = r
 		p.publish(r, true)
+	}
+	if err := p.initKV(reg); err != nil {
+		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
 	}
 	return p, nil
 }
@@ -312,6 +316,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	if every := p.cfg.ScrapeInterval.Std(); every > 0 {
 		g.Go(func() error { p.every(ctx, "scrape", every, p.scrapeOnce); return nil })
 	}
+	g.Go(func() error { return p.runKV(ctx) })
 	g.Go(func() error { <-ctx.Done(); return nil })
 	return g.Wait()
 }
@@ -407,6 +412,7 @@ func (p *Pool) acquire(req *policy.Request, exclude []string) (r *replica, inFli
 		if r.tryAcquire(limit) {
 			r.metrics.inflight.Inc()
 			p.publishPick(req, r)
+			p.expectBlocks(req, r)
 			return r, cands[i].InFlight, nil
 		}
 		// Another request took the replica's last slot between the snapshot

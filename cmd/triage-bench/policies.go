@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/triage-gw/triage/bench/dolly"
@@ -25,6 +26,7 @@ import (
 	"github.com/triage-gw/triage/bench/trace"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/kvevents"
 	"github.com/triage-gw/triage/upstream/policy"
 )
 
@@ -64,6 +66,9 @@ type sweepConfig struct {
 	// Seeds, when set, are the trace seeds the sweep runs once each
 	// (--seeds); empty: one run with the trace's seed.
 	Seeds []uint64 `json:"seeds,omitempty"`
+	// KVEvents has every replica publish its KV-cache events and the pool
+	// route on them (--kv-events) instead of on the prefix policies' guess.
+	KVEvents bool `json:"kv_events,omitempty"`
 
 	dolly      string
 	out        string
@@ -107,6 +112,7 @@ func (c *sweepConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.IntVar(&c.Replicas, "replicas", 4, "simulated replicas (sim servers on 127.0.0.1:0, fresh for every policy)")
 	fs.StringVar(policies, "policies", *policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
 	fs.StringVar(&c.dolly, "dolly", defaultDolly, "Dolly JSONL file the prompts come from")
+	fs.BoolVar(&c.KVEvents, "kv-events", false, "replicas publish KV-cache events (vLLM's format) and the pool routes the prefix-aware policies on them, keyed by /tokenize, instead of on their guess of what was sent where")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", time.Second, "how often the pool scrapes each replica's /metrics (queue depth, KV use)")
 	fs.DurationVar(&c.Drain, "drain", 20*time.Second, "after the last arrival, how long to wait for answers before cutting them (counted as errors)")
 	fs.StringVar(&c.out, "out", "", "directory for results.json, results.csv and table.md (empty: stdout only)")
@@ -448,39 +454,32 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 	g, gctx := errgroup.WithContext(ctx)
 	defer func() { cancel(); g.Wait() }()
 
-	servers := make([]*sim.Server, c.Replicas)
 	pcfg := upstream.DefaultPoolConfig()
 	pcfg.Name = "sweep"
 	pcfg.HealthCheck.Interval = 0 // replicas do not fail here; scraping still runs
 	pcfg.ScrapeInterval = upstream.Duration(c.ScrapeInterval)
-	index := make(map[string]int, c.Replicas)
-	for i, sc := range replicaConfigs(c) {
-		srv, err := sim.New(sc, sim.Options{DrainTimeout: time.Second})
-		if err != nil {
-			return res, err
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return res, err
-		}
-		servers[i] = srv
-		g.Go(func() error { return srv.Serve(gctx, ln) })
-		id := fmt.Sprintf("r%d", i)
-		index[id] = i
-		pcfg.Replicas = append(pcfg.Replicas, upstream.ReplicaConfig{URL: "http://" + ln.Addr().String(), ID: id})
+	servers, index, err := startSweepReplicas(gctx, g, c, &pcfg)
+	if err != nil {
+		return res, err
 	}
 	pc, err := policyConfig(policy, c.Trace.Seed, c.SLOTTFT)
 	if err != nil {
 		return res, err
 	}
 	pcfg.Policy = pc
-	pool, err := upstream.New(pcfg, upstream.Options{Logger: logger})
+	reg := prometheus.NewRegistry()
+	pool, err := upstream.New(pcfg, upstream.Options{Logger: logger, Registerer: reg})
 	if err != nil {
 		return res, err
 	}
 	g.Go(func() error { return pool.Run(gctx) })
 	if c.ScrapeInterval > 0 {
 		waitScraped(gctx, pool, 3*time.Second)
+	}
+	if c.KVEvents {
+		if err := waitEvents(gctx, reg, servers, 10*time.Second); err != nil {
+			return res, err
+		}
 	}
 
 	if c.Scenario == scenarioDegrading {
@@ -511,6 +510,37 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []pre
 		return res, err
 	}
 	return res, nil
+}
+
+// startSweepReplicas starts c's simulated replicas under g and lists them in
+// pcfg; index maps a replica's ID to its place in servers.
+func startSweepReplicas(ctx context.Context, g *errgroup.Group, c *sweepConfig, pcfg *upstream.PoolConfig) (servers []*sim.Server, index map[string]int, err error) {
+	servers = make([]*sim.Server, c.Replicas)
+	index = make(map[string]int, c.Replicas)
+	for i, sc := range replicaConfigs(c) {
+		if c.KVEvents {
+			sc.KVEventsEndpoint = "tcp://127.0.0.1:0"
+		}
+		srv, err := sim.New(sc, sim.Options{DrainTimeout: time.Second})
+		if err != nil {
+			return nil, nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			srv.Close()
+			return nil, nil, err
+		}
+		servers[i] = srv
+		g.Go(func() error { return srv.Serve(ctx, ln) })
+		id := fmt.Sprintf("r%d", i)
+		index[id] = i
+		rc := upstream.ReplicaConfig{URL: "http://" + ln.Addr().String(), ID: id}
+		if c.KVEvents {
+			rc.KVEvents = &kvevents.Config{Endpoint: srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
+		}
+		pcfg.Replicas = append(pcfg.Replicas, rc)
+	}
+	return servers, index, nil
 }
 
 // tally fills in res from the replayed requests and from the replicas' own
@@ -566,6 +596,41 @@ func waitScraped(ctx context.Context, pool *upstream.Pool, limit time.Duration) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// waitEvents waits until the pool has received a KV-event batch from every
+// replica: a PUB drops what it sends before the subscription reaches it, so
+// each replica publishes AllBlocksCleared (its cache is empty) until one
+// gets through.
+func waitEvents(ctx context.Context, reg *prometheus.Registry, servers []*sim.Server, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		got := map[string]bool{}
+		fams, err := reg.Gather()
+		if err != nil {
+			return err
+		}
+		for _, mf := range fams {
+			if mf.GetName() != "triage_upstream_kv_events_batches_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "replica" && m.GetCounter().GetValue() > 0 {
+						got[l.GetValue()] = true
+					}
+				}
+			}
+		}
+		if len(got) == len(servers) {
+			return nil
+		}
+		for _, s := range servers {
+			s.ClearCache()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("kv events: not every replica's stream reached the pool within %s", limit)
 }
 
 // replay sends each request with send at its planned time, or once the

@@ -36,6 +36,7 @@ import (
 	"github.com/triage-gw/triage/server"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/kvevents"
 )
 
 func main() {
@@ -231,8 +232,13 @@ func listenBuiltin(cfg *config.Config, log *slog.Logger) ([]*sim.Local, error) {
 		model string
 	}{{&cfg.Pools.Fast, fast, cfg.Sim.Fast.Model}, {&cfg.Pools.Slow, slow, cfg.Sim.Slow.Model}} {
 		ids, urls := p.local.Replicas()
+		events := p.local.EventEndpoints()
 		for i := range ids {
-			p.pool.Replicas = append(p.pool.Replicas, upstream.ReplicaConfig{URL: urls[i], ID: ids[i]})
+			rc := upstream.ReplicaConfig{URL: urls[i], ID: ids[i]}
+			if events[i] != "" {
+				rc.KVEvents = &kvevents.Config{Endpoint: events[i], Topic: sim.KVEventsTopic}
+			}
+			p.pool.Replicas = append(p.pool.Replicas, rc)
 		}
 		if p.pool.Model == "" {
 			p.pool.Model = p.model

@@ -41,10 +41,14 @@
 // keys at any depth.
 //
 // The prefix-aware policies (prefix-cache, prefix-cache-preble, lmetric,
-// weighted) keep a
-// router-side index of which prompt blocks each replica was sent; it is
-// lossy by design (bounded per replica, least recently sent blocks dropped)
-// and the replicas are never asked what they really cache.
+// weighted) keep a router-side index of which prompt blocks each replica
+// was sent: a guess, lossy by design (bounded per replica, least recently
+// sent blocks dropped). Where the pool knows better — a replica whose
+// engine publishes KV-cache events — it sets Request.Cache, a [CacheView]
+// that says how much of the prompt that replica really holds, and the
+// policies use it for that replica instead of the guess. They keep
+// recording the guess all the same, so it is ready when a replica's events
+// stop.
 //
 // In fleet mode several gateways each run their own copy of a pool's policy. The stateful
 // prefix-aware policies also implement [Sharer]: after a pick, Share describes it as an

@@ -86,7 +86,9 @@ func (c LMetricConfig) ValidateAt(path string) error {
 //	score       = (pending_prefill + new_prefill) × InFlight
 //
 // where matched_chars is the leading run of the prompt's blocks found in
-// the router-side index of what the replica was sent, and pending_prefill
+// the router-side index of what the replica was sent (or, where
+// Request.Cache knows the replica, cache_hit = InputTokens × the share it
+// reports from the replica's KV-cache events), and pending_prefill
 // is the sum of new_prefill of requests picked for the replica and not yet
 // Done. InFlight stands in for the study's running batch size. Lowest score
 // wins; ties go to the smaller new_prefill (the warmer cache), then the
@@ -184,7 +186,9 @@ func (p *LMetric) Pick(req *Request, cands []Candidate) int {
 	sumInFlight := 0
 	for i, c := range cands {
 		var hit int64
-		if runes > 0 {
+		if share, ok := viewShare(req, c.ID); ok {
+			hit = int64(float64(input) * share)
+		} else if runes > 0 {
 			m := p.index.leadingMatch(c.ID, hashes)
 			hit = input * int64(matchedChars(m, p.cfg.BlockChars, runes)) / int64(runes)
 		}

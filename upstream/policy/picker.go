@@ -18,6 +18,11 @@ type Request struct {
 	// Session identifies a conversation for affinity (lmetric sticky/unified);
 	// may be empty.
 	Session string
+	// Cache, when set, says for some replicas how much of the prompt they
+	// hold, from their own KV-cache events; the prefix-aware policies use it
+	// for those replicas instead of their guess (see CacheView). Nil: the
+	// guess for every replica. The pool sets it before Pick.
+	Cache CacheView
 	// TTFTTarget is the time to first token the caller asked for (the
 	// x-slo-ttft-ms request header); 0 means none, and the SLO policies
 	// then use their pool's default target. Other policies ignore it.

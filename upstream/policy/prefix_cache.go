@@ -57,14 +57,16 @@ func (c PrefixCacheConfig) ValidateAt(path string) error {
 //
 //  1. If max−min InFlight across candidates > ImbalanceCount, pick the
 //     least-loaded candidate and ignore prefixes.
-//  2. Otherwise, among candidates whose index holds a leading run of the
-//     request's blocks, order by match share (desc) then InFlight (asc)
+//  2. Otherwise, among candidates holding a leading run of the request's
+//     blocks, order by match share (desc) then InFlight (asc)
 //     and take the first with InFlight <= mean + LoadFactor·stddev.
 //  3. If no candidate matched or none passed the load filter, pick the
 //     least-loaded candidate.
 //
-// Then the request's block hashes are recorded as sent to the chosen
-// replica. Ties at every step go round-robin. Traces score each candidate
+// A candidate's match share comes from Request.Cache when that knows the
+// replica (its engine's KV-cache events), else from the policy's index of
+// what was sent. Then the request's block hashes are recorded as sent to
+// the chosen replica. Ties at every step go round-robin. Traces score each candidate
 // by its match share in [0,1] (higher is better), so regret is the share
 // of prefix given up to balance load.
 //
@@ -74,10 +76,9 @@ type PrefixCache struct {
 	cfg PrefixCacheConfig
 	rr  rotor
 
-	mu     sync.Mutex
-	index  *prefixIndex
-	match  []int // scratch: leading matched blocks per candidate
-	scores []float64
+	mu    sync.Mutex
+	index *prefixIndex
+	match []float64 // scratch: matched share of the prompt per candidate
 }
 
 var (
@@ -103,19 +104,20 @@ func (p *PrefixCache) Pick(req *Request, cands []Candidate) int {
 	defer p.mu.Unlock()
 
 	n := len(cands)
-	if cap(p.match) < n {
-		p.match = make([]int, n)
-	}
-	match := p.match[:n]
+	p.match = growFloats(p.match, n)
+	match := p.match
 	lo, hi, sum := cands[0].InFlight, cands[0].InFlight, 0
 	anyMatch := false
 	for i, c := range cands {
 		lo, hi, sum = min(lo, c.InFlight), max(hi, c.InFlight), sum+c.InFlight
-		match[i] = 0
-		if len(hashes) > 0 {
-			match[i] = p.index.leadingMatch(c.ID, hashes)
-			anyMatch = anyMatch || match[i] > 0
+		var ok bool
+		if match[i], ok = viewShare(req, c.ID); !ok {
+			match[i] = 0
+			if len(hashes) > 0 {
+				match[i] = float64(p.index.leadingMatch(c.ID, hashes)) / float64(len(hashes))
+			}
 		}
+		anyMatch = anyMatch || match[i] > 0
 	}
 
 	chosen, note := -1, ""
@@ -144,15 +146,7 @@ func (p *PrefixCache) Pick(req *Request, cands []Candidate) int {
 
 	p.index.record(cands[chosen].ID, hashes)
 	if t := p.tracer; t != nil {
-		p.scores = growFloats(p.scores, n)
-		for i := range cands {
-			if len(hashes) > 0 {
-				p.scores[i] = float64(match[i]) / float64(len(hashes))
-			} else {
-				p.scores[i] = 0
-			}
-		}
-		t.Record(cands, p.scores, chosen, false, note)
+		t.Record(cands, match, chosen, false, note)
 	}
 	return chosen
 }
@@ -161,8 +155,8 @@ func (p *PrefixCache) Pick(req *Request, cands []Candidate) int {
 // order among those that matched and whose InFlight <= limit, taking ties
 // in turn; -1 when none qualifies. Equivalent to AIBrix's sort-then-scan
 // without sorting.
-func (p *PrefixCache) bestMatch(cands []Candidate, match []int, limit float64) int {
-	bestM, bestL, count := 0, 0, 0
+func (p *PrefixCache) bestMatch(cands []Candidate, match []float64, limit float64) int {
+	bestM, bestL, count := 0.0, 0, 0
 	for i, c := range cands {
 		if match[i] == 0 || float64(c.InFlight) > limit {
 			continue

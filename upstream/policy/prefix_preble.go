@@ -76,7 +76,7 @@ func (c PrebleConfig) ValidateAt(path string) error {
 // E2 rule, on the gateway's prefix index:
 //
 //  1. Exploit. When the longest run of the prompt's leading blocks that
-//     some replica was sent covers more of the prompt than it leaves
+//     some replica holds covers more of the prompt than it leaves
 //     (matched > missed), the request goes to the replica holding that
 //     run; among several, the one with the least load. Load (the paper's
 //     L) is the work of the requests routed to the replica within Window:
@@ -102,8 +102,10 @@ func (c PrebleConfig) ValidateAt(path string) error {
 // the GPU; here cost is counted in prompt tokens, an output token weighing
 // DecodeWeight. Its local (per-GPU) scheduler belongs to the model server.
 //
-// Signals: the prefix index (as prefix-cache's: what this gateway, and in
-// fleet mode the others, sent each replica) and the policy's own window of
+// Signals: what each replica holds, from Request.Cache (its engine's
+// KV-cache events) where that knows the replica, else from the prefix
+// index (as prefix-cache's: what this gateway, and in fleet mode the
+// others, sent each replica), and the policy's own window of
 // routed work; no scraped signal, so nothing is ever missing or stale.
 // Expected output: the mean output length of finished requests (Done),
 // exponentially weighted, starting at OutputTokens.
@@ -120,7 +122,7 @@ type Preble struct {
 	index    *prefixIndex
 	loads    map[string]*workWindow // replica ID → its window; one per replica ever picked
 	meanOut  float64                // expected output tokens
-	match    []int                  // scratch: leading matched blocks per candidate
+	match    []float64              // scratch: matched share of the prompt per candidate
 	load     []float64              // scratch: windowed load per candidate
 	scores   []float64
 	slotSpan time.Duration
@@ -182,14 +184,18 @@ func (p *Preble) Pick(req *Request, cands []Candidate) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(cands)
-	if cap(p.match) < n {
-		p.match, p.load = make([]int, n), make([]float64, n)
-	}
-	match, load := p.match[:n], p.load[:n]
+	p.match, p.load = growFloats(p.match, n), growFloats(p.load, n)
+	match, load := p.match, p.load
 	k := p.now().UnixNano() / int64(p.slotSpan)
-	best, lightest := 0, math.Inf(1)
+	best, lightest := 0.0, math.Inf(1)
 	for i, c := range cands {
-		match[i] = p.index.leadingMatch(c.ID, hashes)
+		var ok bool
+		if match[i], ok = viewShare(req, c.ID); !ok {
+			match[i] = 0
+			if runes > 0 {
+				match[i] = float64(matchedChars(p.index.leadingMatch(c.ID, hashes), p.cfg.BlockChars, runes)) / float64(runes)
+			}
+		}
 		best = max(best, match[i])
 		load[i] = 0
 		if w := p.loads[c.ID]; w != nil {
@@ -199,17 +205,12 @@ func (p *Preble) Pick(req *Request, cands []Candidate) int {
 		lightest = min(lightest, load[i])
 	}
 	// missed is the prompt tokens replica i would prefill: the share of the
-	// prompt's runes past its leading match, in the request's tokens.
-	missed := func(i int) float64 {
-		if runes == 0 {
-			return tokens
-		}
-		return tokens * float64(runes-matchedChars(match[i], p.cfg.BlockChars, runes)) / float64(runes)
-	}
+	// prompt past its leading match, in the request's tokens.
+	missed := func(i int) float64 { return tokens * (1 - match[i]) }
 	decode := p.cfg.DecodeWeight * p.meanOut
 
 	chosen, note := -1, "explore"
-	if best > 0 && 2*matchedChars(best, p.cfg.BlockChars, runes) > runes {
+	if best > 0.5 {
 		chosen = p.lightest(cands, load, func(i int) bool { return match[i] == best })
 		note = "exploit"
 		if load[chosen] > p.cfg.Balance*max(lightest, tokens+decode) {

@@ -131,6 +131,8 @@ type weightedScorer struct {
 //   - prefix-affinity: share of the request's block hashes found (anywhere,
 //     not only as a leading run) in the replica's router-side LRU index,
 //     which is updated right after each decision. 0 for an empty prompt.
+//     Where Request.Cache knows the replica, the share of the prompt it
+//     holds as a leading run by its KV-cache events instead.
 //   - queue-depth: effective load Waiting+InFlight, min-max normalised
 //     across candidates, (max−load)/(max−min); all equal → all 1.
 //   - kv-utilization: 1 − KVUtilization, clamped to [0,1]. A replica with
@@ -211,7 +213,7 @@ func (p *Weighted) Pick(req *Request, cands []Candidate) int {
 	total, part := p.total, p.part
 	clear(total)
 	for _, s := range p.scorers {
-		p.score(s.kind, hashes, cands, part)
+		p.score(s.kind, req, hashes, cands, part)
 		for i, v := range part {
 			total[i] += s.weight * min(max(v, 0), 1)
 		}
@@ -237,10 +239,14 @@ func (p *Weighted) Pick(req *Request, cands []Candidate) int {
 
 // score writes one scorer's value for every candidate into out.
 // Contract: values are in [0,1], 1 is best. Caller holds p.mu.
-func (p *Weighted) score(kind scorerKind, hashes []uint64, cands []Candidate, out []float64) {
+func (p *Weighted) score(kind scorerKind, req *Request, hashes []uint64, cands []Candidate, out []float64) {
 	switch kind {
 	case scorePrefixAffinity:
 		for i, c := range cands {
+			var ok bool
+			if out[i], ok = viewShare(req, c.ID); ok {
+				continue
+			}
 			out[i] = 0
 			if len(hashes) > 0 {
 				out[i] = float64(p.index.countPresent(c.ID, hashes)) / float64(len(hashes))

@@ -71,7 +71,7 @@ func TestWeightedScorers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := make([]float64, len(tt.cands))
-			p.score(tt.kind, nil, tt.cands, out)
+			p.score(tt.kind, &Request{}, nil, tt.cands, out)
 			require.InDeltaSlice(t, tt.want, out, 1e-12)
 		})
 	}
@@ -83,15 +83,15 @@ func TestWeightedPrefixAffinity(t *testing.T) {
 	hs := mustHashes("aaaabbbbccccdddd", 4)
 	out := make([]float64, 3)
 
-	p.score(scorePrefixAffinity, hs, cs, out)
+	p.score(scorePrefixAffinity, &Request{}, hs, cs, out)
 	require.Equal(t, []float64{0, 0, 0}, out)
 
 	p.index.record("r1", hs[:2])
 	p.index.record("r2", hs[3:]) // present but not leading: still counts
-	p.score(scorePrefixAffinity, hs, cs, out)
+	p.score(scorePrefixAffinity, &Request{}, hs, cs, out)
 	require.Equal(t, []float64{0, 0.5, 0.25}, out)
 
-	p.score(scorePrefixAffinity, nil, cs, out)
+	p.score(scorePrefixAffinity, &Request{}, nil, cs, out)
 	require.Equal(t, []float64{0, 0, 0}, out, "empty prompt scores 0")
 }
 

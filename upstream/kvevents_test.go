@@ -1,0 +1,337 @@
+package upstream
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/triage-gw/triage/sim"
+	"github.com/triage-gw/triage/upstream/kvevents"
+	"github.com/triage-gw/triage/upstream/policy"
+)
+
+// eventSim is a simulated replica publishing KV events.
+type eventSim struct {
+	srv *sim.Server
+	url string
+}
+
+func newEventSim(t *testing.T, name string) eventSim {
+	t.Helper()
+	c := sim.FastPreset()
+	c.Name, c.Model = name, "m"
+	c.TTFTBase, c.PrefillPerToken, c.DecodePerToken, c.Jitter = 0, 0, 0, 0
+	c.BlockChars, c.KVCacheBlocks = 16, 256
+	c.KVEventsEndpoint = "tcp://127.0.0.1:0"
+	s, err := sim.New(c, sim.Options{})
+	require.NoError(t, err)
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() { hs.Close(); s.Close() })
+	return eventSim{srv: s, url: hs.URL}
+}
+
+// warm sends prompt straight to the replica, behind the gateway's back: its
+// cache then holds the prompt, which only its events can tell the gateway.
+func (e eventSim) warm(t *testing.T, prompt string) {
+	t.Helper()
+	resp, err := http.Post(e.url+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"m","prompt":"`+prompt+`","max_tokens":1}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+}
+
+// kvSeries reads one replica's kv-events series.
+func kvSeries(t *testing.T, f *poolFixture, name, replica string) float64 {
+	t.Helper()
+	var v float64
+	for _, m := range matchingSeries(t, f.reg, "triage_upstream_kv_events_"+name, map[string]string{"replica": replica}) {
+		v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return v
+}
+
+// waitKV polls the pool's metrics until cond holds: the subscribers run
+// inside the pool and offer no other notification.
+func waitKV(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// Two simulated replicas publish KV events behind a prefix-cache pool:
+// requests sharing a prefix go to the replica whose engine holds it, though
+// the gateway never sent it there; when that replica's cache is cleared
+// and the other one holds the prefix, routing follows the events, not the
+// gateway's memory of where it sent the prompt.
+func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
+	a, b := newEventSim(t, "a"), newEventSim(t, "b")
+	cfg := testConfig(a.url, b.url)
+	cfg.Policy.Name = "prefix-cache"
+	cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: a.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
+	cfg.Replicas[1].KVEvents = &kvevents.Config{Endpoint: b.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
+	cfg.KVEvents.TokenizeTimeout = Duration(5 * time.Second) // -race on 2 cores
+	f := newFixture(t, cfg, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.pool.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	// A PUB drops what it sends before it has seen a subscription: publish
+	// AllBlocksCleared (harmless on empty caches) until both get through.
+	waitKV(t, "both event streams", func() bool {
+		a.srv.ClearCache()
+		b.srv.ClearCache()
+		return kvSeries(t, f, "batches_total", "r0") > 0 && kvSeries(t, f, "batches_total", "r1") > 0
+	})
+
+	prompt := strings.Repeat("You are a careful assistant. ", 12) // 348 bytes: 21 blocks of 16
+	ask := func() string {
+		t.Helper()
+		resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
+			Body:    []byte(`{"model":"m","prompt":"` + prompt + `","max_tokens":1}`),
+			Routing: policy.Request{Prompt: prompt, InputTokens: len(prompt) / 4}})
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp.ReplicaID
+	}
+
+	b.warm(t, prompt)
+	waitKV(t, "b's blocks", func() bool { return kvSeries(t, f, "index_blocks", "r1") == 21 })
+	for range 4 {
+		require.Equal(t, "r1", ask(), "b's engine holds the prompt")
+	}
+
+	b.srv.ClearCache()
+	a.warm(t, prompt)
+	waitKV(t, "the clear and a's blocks", func() bool {
+		return kvSeries(t, f, "index_blocks", "r1") == 0 && kvSeries(t, f, "index_blocks", "r0") == 21
+	})
+	for range 4 {
+		require.Equal(t, "r0", ask(), "the gateway sent the prompt to b, but a holds it now")
+	}
+	require.Zero(t, kvSeries(t, f, "fallbacks_total", "r0"))
+	require.Equal(t, float64(1), sumSeries(t, f, "triage_upstream_tokenize_total", map[string]string{"result": "ok"}))
+	require.Equal(t, float64(7), sumSeries(t, f, "triage_upstream_tokenize_total", map[string]string{"result": "cached"}),
+		"the same prompt is tokenized once")
+}
+
+func sumSeries(t *testing.T, f *poolFixture, name string, want map[string]string) float64 {
+	t.Helper()
+	var v float64
+	for _, m := range matchingSeries(t, f.reg, name, want) {
+		v += m.GetCounter().GetValue()
+	}
+	return v
+}
+
+// Without live events (the publisher is not there) the pool routes as
+// before, by the policy's guess, and says so.
+func TestKVEventsDownFallsBackToTheGuess(t *testing.T) {
+	a, b := newEventSim(t, "a"), newEventSim(t, "b")
+	cfg := testConfig(a.url, b.url)
+	cfg.Policy.Name = "prefix-cache"
+	cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: "tcp://127.0.0.1:1", Topic: sim.KVEventsTopic}
+	f := newFixture(t, cfg, nil, nil)
+	prompt := strings.Repeat("x", 200)
+	ctx := context.Background()
+	var got []string
+	for range 3 {
+		resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
+			Body:    []byte(`{"model":"m","prompt":"` + prompt + `","max_tokens":1}`),
+			Routing: policy.Request{Prompt: prompt, InputTokens: 50}})
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		got = append(got, resp.ReplicaID)
+	}
+	require.Equal(t, got[0], got[1], "the guess keeps the prefix where it went")
+	require.Equal(t, got[0], got[2])
+	require.Equal(t, float64(3), kvSeries(t, f, "fallbacks_total", "r0"))
+}
+
+// A burst of one new prefix stays on the replica picked first: its blocks
+// count as held there for pending_ttl, before the engine's BlockStored
+// (sent only once the prefill ends) confirms them.
+func TestKVEventsPendingKeepsABurstTogether(t *testing.T) {
+	slow := func(name string) eventSim {
+		c := sim.FastPreset()
+		c.Name, c.Model = name, "m"
+		c.TTFTBase, c.PrefillPerToken, c.DecodePerToken, c.Jitter = 300*time.Millisecond, 0, 0, 0
+		c.BlockChars, c.KVCacheBlocks = 16, 256
+		c.KVEventsEndpoint = "tcp://127.0.0.1:0"
+		s, err := sim.New(c, sim.Options{})
+		require.NoError(t, err)
+		hs := httptest.NewServer(s)
+		t.Cleanup(func() { hs.Close(); s.Close() })
+		return eventSim{srv: s, url: hs.URL}
+	}
+	a, b := slow("a"), slow("b")
+	cfg := testConfig(a.url, b.url)
+	cfg.Policy.Name = "prefix-cache"
+	cfg.KVEvents.BlockSize = 4
+	cfg.KVEvents.TokenizeTimeout = Duration(5 * time.Second)
+	cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: a.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
+	cfg.Replicas[1].KVEvents = &kvevents.Config{Endpoint: b.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
+	f := newFixture(t, cfg, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.pool.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	waitKV(t, "both event streams", func() bool {
+		a.srv.ClearCache()
+		b.srv.ClearCache()
+		return kvSeries(t, f, "batches_total", "r0") > 0 && kvSeries(t, f, "batches_total", "r1") > 0
+	})
+
+	prompt := strings.Repeat("A brand new shared prefix. ", 12)
+	ids := make(chan string, 3)
+	for i := range 3 {
+		go func() {
+			resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
+				Body:    []byte(`{"model":"m","prompt":"` + prompt + `","max_tokens":1}`),
+				Routing: policy.Request{Prompt: prompt, InputTokens: len(prompt) / 4}})
+			if err != nil {
+				ids <- err.Error()
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			ids <- resp.ReplicaID
+		}()
+		// The next request starts once this one is in flight (prefilling).
+		waitKV(t, "the request in flight", func() bool { return f.pool.InFlight() == i+1 })
+	}
+	first := <-ids
+	require.Equal(t, first, <-ids)
+	require.Equal(t, first, <-ids)
+}
+
+// BenchmarkTokenize measures what routing on KV events adds to a request
+// before the pick: one POST /tokenize to a replica over loopback, its JSON
+// answer decoded, and the block keys computed, for a chat prompt of the
+// given size, uncached. Against the simulator this is the gateway's share;
+// a real engine adds its tokenizer and chat template on top.
+func BenchmarkTokenize(b *testing.B) {
+	for _, size := range []int{1 << 10, 16 << 10} {
+		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
+			c := sim.FastPreset()
+			c.Model = "m"
+			s, err := sim.New(c, sim.Options{})
+			require.NoError(b, err)
+			hs := httptest.NewServer(s)
+			b.Cleanup(hs.Close)
+			cfg := testConfig(hs.URL)
+			cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: "tcp://127.0.0.1:1"}
+			cfg.KVEvents.TokenizeCacheTokens = 0
+			cfg.KVEvents.TokenizeTimeout = Duration(10 * time.Second) // the cost, not the bound
+			p, err := New(cfg, Options{})
+			require.NoError(b, err)
+			text := strings.Repeat("x", size)
+			fr := &ForwardRequest{Path: "/v1/chat/completions",
+				Body: []byte(`{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`)}
+			ctx := context.Background()
+			b.ResetTimer()
+			for b.Loop() {
+				tokens, _, res := p.tokenize(ctx, fr, p.replicas[0])
+				if res != tokenizeOK {
+					b.Fatal(res)
+				}
+				_ = kvevents.AppendKeys(nil, tokens, 16, 0)
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/request")
+		})
+	}
+}
+
+func TestKVEventsConfigErrorsNameTheField(t *testing.T) {
+	cfg := testConfig("http://127.0.0.1:1", "http://127.0.0.1:2")
+	cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: "tcp://*:5557"}
+	cfg.Replicas[1].KVEvents = &kvevents.Config{Endpoint: "10.0.0.7:5557", Mode: "sub"}
+	cfg.KVEvents.TokenizeTimeout = 0
+	cfg.KVEvents.Limits.MaxBlocks = -1
+	err := cfg.Validate()
+	require.Error(t, err)
+	for _, want := range []string{
+		"pool.replicas[0].kv_events.endpoint: \"tcp://*:5557\": host * means every interface",
+		"pool.replicas[1].kv_events.mode: must be \"connect\" or \"bind\"",
+		"pool.replicas[1].kv_events.endpoint: \"10.0.0.7:5557\": only tcp://host:port",
+		"pool.kv_events.tokenize_timeout: must be > 0",
+		"pool.kv_events.limits.max_blocks: must be in [1, 67108864], got -1",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestTokenizeBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		want             map[string]string // field → raw JSON; nil: not tokenizable
+	}{
+		{"chat", "/v1/chat/completions",
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}],"temperature":0.2,"stream":true}`,
+			map[string]string{"model": `"m"`, "messages": `[{"role":"user","content":"hi"}]`, "tools": `[{"type":"function"}]`, "add_generation_prompt": "true"}},
+		{"chat continuing the last message", "/v1/chat/completions",
+			`{"messages":[{"role":"assistant","content":"Once"}],"add_generation_prompt":false,"continue_final_message":true}`,
+			map[string]string{"model": "null", "messages": `[{"role":"assistant","content":"Once"}]`, "add_generation_prompt": "false", "continue_final_message": "true"}},
+		{"completion", "/v1/completions", `{"model":"m","prompt":"abc","max_tokens":3}`,
+			map[string]string{"model": `"m"`, "prompt": `"abc"`}},
+		{"token-array prompt", "/v1/completions", `{"model":"m","prompt":[1,2,3]}`, nil},
+		{"no messages", "/v1/chat/completions", `{"model":"m"}`, nil},
+		{"not JSON", "/v1/chat/completions", `{`, nil},
+		{"other path", "/v1/embeddings", `{"input":"x"}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tokenizeBody(tc.path, []byte(tc.body))
+			if tc.want == nil {
+				require.False(t, ok)
+				return
+			}
+			require.True(t, ok)
+			raw := map[string]string{}
+			for k, v := range got {
+				raw[k] = string(v)
+			}
+			if got["model"] == nil {
+				raw["model"] = "null"
+			}
+			require.Equal(t, tc.want, raw)
+		})
+	}
+}
+
+func TestTokenCacheBoundedInTokens(t *testing.T) {
+	c := newTokenCache(100)
+	c.put(1, make([]uint32, 25))
+	c.put(2, make([]uint32, 20))
+	_, ok := c.get(1) // 1 is now more recent than 2
+	require.True(t, ok)
+	c.put(3, make([]uint32, 25))
+	c.put(4, make([]uint32, 25))
+	c.put(5, make([]uint32, 25)) // 120 tokens: 2, the least recent, goes
+	_, ok = c.get(2)
+	require.False(t, ok)
+	for _, k := range []uint64{1, 3, 4, 5} {
+		_, ok := c.get(k)
+		require.True(t, ok, "key %d", k)
+	}
+	c.put(6, make([]uint32, 26)) // over a quarter of the cache: not kept
+	_, ok = c.get(6)
+	require.False(t, ok)
+	require.Equal(t, 100, c.size)
+}
