@@ -127,7 +127,7 @@ test-docker: setup image
 bench: bench-classifier bench-gateway
 
 bench-classifier: setup
-	$(GO) test -run '^$$' -bench 'Classify|Static' -benchtime 3s -timeout 30m ./classifier/
+	$(GO) test -run '^$$' -bench 'Classify|Static' -benchtime 3s -timeout 30m ./classifier/ ./classifier/onnx/
 
 # The gateway scenarios (starts bin/triage itself) and the replica-policy sweep;
 # results land in bench/results/gateway/ and bench/results/policies/ (see bench/README.md).

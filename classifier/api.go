@@ -17,7 +17,7 @@ type Result struct {
 	// PSlow is P(slow | text) from the logistic-regression head, in [0, 1].
 	PSlow float32
 	// Label is SlowLabel when PSlow > the manifest's label_threshold (see
-	// Classifier.LabelThreshold), else FastLabel. The gateway's decision may
+	// the model's LabelThreshold), else FastLabel. The gateway's decision may
 	// still send a slow-labelled request fast under load.
 	Label int
 	// Tokens is the number of word pieces the encoder saw, after truncation

@@ -71,7 +71,7 @@ func TestImportRules(t *testing.T) {
 			case strings.HasPrefix(ext, "github.com/gofiber/fiber"), strings.HasPrefix(ext, "github.com/valyala/fasthttp"):
 				require.Equal(t, "server", name, "fiber/fasthttp only in the HTTP layer")
 			case strings.HasPrefix(ext, "github.com/yalue/onnxruntime_go"), strings.HasPrefix(ext, "github.com/daulet/tokenizers"):
-				require.Equal(t, "classifier", name, "ONNX Runtime and the tokenizer only in classifier")
+				require.Equal(t, "classifier/onnx", name, "ONNX Runtime and the tokenizer only in classifier/onnx")
 			case strings.HasPrefix(ext, "github.com/redis/rueidis"):
 				require.Equal(t, "fleet", name, "the Redis client only in fleet")
 			}
