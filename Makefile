@@ -12,13 +12,14 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-pure test-fuzz test-notebook test-train-example test-python test-docker bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
 
 all: build
 
 help:
 	@echo "make run    — set up, build and run the gateway with built-in simulated pools on 127.0.0.1:8080"
 	@echo "make test   — set up and run the whole test suite (Go with -race, notebook, Python client tests, image and compose stack)"
+	@echo "make test-pure — vet and test every package but the model's without cgo (CGO_ENABLED=0)"
 	@echo "make image  — build the Docker image triage:dev from docker/Dockerfile (installs and starts the engine; root)"
 	@echo "make setup  — install ONNX Runtime, libtokenizers, encoders and the Python venv into .deps/"
 	@echo "make build  — build bin/triage, bin/mockllm, bin/triage-bench"
@@ -34,7 +35,7 @@ build: setup
 run: build
 	bin/triage --simulate $(ARGS)
 
-test: setup test-go test-fuzz test-notebook test-train-example test-python test-docker
+test: setup test-go test-pure test-fuzz test-notebook test-train-example test-python test-docker
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
@@ -50,6 +51,20 @@ setup-redis:
 test-go: setup-prom setup-redis build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Only the model (classifier/onnx) and the program that wires it in (cmd/triage) link ONNX
+# Runtime and the tokenizer; every other package must build, vet and pass its tests with cgo
+# off, so the gateway's logic can be worked on and tested without the model runtime.
+# internal/archtest checks the transitive import graph and that RUNTIME_PKGS lists exactly
+# the packages allowed to reach the runtime. deploy's tests still build and run the real
+# gateway, with cgo, as a program of their own.
+RUNTIME_PKGS := classifier/onnx cmd/triage
+PURE_PKGS = $(filter-out $(addprefix github.com/triage-gw/triage/,$(RUNTIME_PKGS)),$(shell CGO_ENABLED=0 $(GO) list ./...))
+
+test-pure: setup-prom setup-redis
+	CGO_ENABLED=0 $(GO) build $$(CGO_ENABLED=0 $(GO) list -f '{{if .GoFiles}}{{.ImportPath}}{{end}}' $(PURE_PKGS))
+	CGO_ENABLED=0 $(GO) vet $(PURE_PKGS)
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 20m $(PURE_PKGS)
 
 # Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
 # target after the other (11 targets: about 4.5 minutes at 20s, builds included; internal/archtest
