@@ -24,7 +24,7 @@ type Result struct {
 	// and including [CLS] and [SEP].
 	Tokens int
 	// Stage is the model that produced PSlow. Its zero value is StageEncoder,
-	// what Classify and ClassifyTokens return.
+	// what a model's Classify and ClassifyTokens return.
 	Stage Stage
 }
 
@@ -35,7 +35,7 @@ const (
 	// StageEncoder: tokenizer → MiniLM encoder → mean pooling → head.
 	StageEncoder Stage = iota
 	// StageStatic: the static table distilled from the encoder and its own
-	// head (StaticScore), microseconds per text. Its P(slow) is meant to
+	// head (Static.Score; a model's StaticScore), microseconds per text. Its P(slow) is meant to
 	// stand only when the Band decides it.
 	StageStatic
 )
