@@ -12,7 +12,7 @@ export CGO_LDFLAGS := -L$(DEPS)/tokenizers
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
 
 ## the default: build
 all: build
@@ -39,8 +39,8 @@ build: setup
 run: build
 	bin/triage --simulate $(ARGS)
 
-## set up and run the whole test suite, what CI runs (Go with -race, fuzzing, notebook, Python clients, image and compose stack)
-test: setup test-go test-fuzz test-notebook test-train-example test-python test-docker
+## set up and run the whole test suite, what CI runs (the quick checks, Go with -race, fuzzing, notebook, Python clients, image and compose stack)
+test: setup check test-go test-fuzz test-notebook test-train-example test-python test-docker
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
@@ -59,6 +59,22 @@ setup-redis:
 test-go: setup-prom setup-redis build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Only the model (classifier/onnx) and the program that wires it in (cmd/triage) link ONNX
+# Runtime and the tokenizer; every other package must build, vet and pass its tests with cgo
+# off, so the gateway's logic can be worked on and tested without the model runtime.
+# internal/archtest checks the transitive import graph and that RUNTIME_PKGS lists exactly
+# the packages allowed to reach the runtime. deploy's tests still build and run the real
+# gateway, with cgo, as a program of their own.
+RUNTIME_PKGS := classifier/onnx cmd/triage
+PURE_PKGS = $(filter-out $(addprefix github.com/triage-gw/triage/,$(RUNTIME_PKGS)),$(shell CGO_ENABLED=0 $(GO) list ./...))
+
+# deploy's tests are left to test-go: they build the real gateway (with cgo) and drive Docker.
+## build, vet and test every package but the model's with cgo off (CGO_ENABLED=0)
+test-pure: setup-redis
+	CGO_ENABLED=0 $(GO) build $$(CGO_ENABLED=0 $(GO) list -f '{{if .GoFiles}}{{.ImportPath}}{{end}}' $(PURE_PKGS))
+	CGO_ENABLED=0 $(GO) vet $(PURE_PKGS)
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m $(filter-out %/deploy,$(PURE_PKGS))
 
 # Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
 # target after the other (12 targets: about 5 minutes at 20s, builds included; internal/archtest
@@ -146,7 +162,7 @@ bench: bench-classifier bench-gateway
 
 ## encoder and static-stage speed benchmarks (go test -bench in classifier/)
 bench-classifier: setup
-	$(GO) test -run '^$$' -bench 'Classify|Static' -benchtime 3s -timeout 30m ./classifier/
+	$(GO) test -run '^$$' -bench 'Classify|Static' -benchtime 3s -timeout 30m ./classifier/ ./classifier/onnx/
 
 # The gateway scenarios (starts bin/triage itself) and the replica-policy sweep;
 # results land in bench/results/gateway/ and bench/results/policies/ (see bench/README.md).
@@ -211,15 +227,15 @@ setup-lint:
 	  echo "installing staticcheck $(STATICCHECK_VERSION) into .deps/bin"; \
 	  GOBIN=$(DEPS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); fi
 
-# The quick habits before a commit, none of which needs root or `make setup`: gofmt (fails on an
+# The quick habits before a commit, none of which needs `make setup`: gofmt (fails on an
 # unformatted file), go vet and staticcheck of every package (cgo is only type-checked, so
-# classifier needs no libtokenizers.a), and the tests of the packages that build with
-# CGO_ENABLED=0 (scripts/purego-packages.sh computes them; `make test-go` runs them all, with
-# -race). fleet's tests start redis-server (`make setup-redis`).
-## gofmt, go vet, staticcheck and the pure-Go tests: the checks before a commit (a few minutes, no root)
+# classifier/onnx needs no libtokenizers.a), and test-pure (every package but the model's,
+# CGO_ENABLED=0; `make test-go` runs them all again with -race). fleet's tests start
+# redis-server (`make setup-redis`, the one step that needs root).
+## gofmt, go vet, staticcheck and the pure-Go tests: the checks before a commit (a few minutes)
 check: setup-lint
 	@files=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...)); \
 	  if [ -n "$$files" ]; then echo "gofmt: these files are not formatted (gofmt -w them):"; echo "$$files"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
-	CGO_ENABLED=0 $(GO) test -count=1 -timeout 5m $$(scripts/purego-packages.sh)
+	@$(MAKE) --no-print-directory test-pure

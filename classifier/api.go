@@ -17,14 +17,14 @@ type Result struct {
 	// PSlow is P(slow | text) from the logistic-regression head, in [0, 1].
 	PSlow float32
 	// Label is SlowLabel when PSlow > the manifest's label_threshold (see
-	// Classifier.LabelThreshold), else FastLabel. The gateway's decision may
+	// the model's LabelThreshold), else FastLabel. The gateway's decision may
 	// still send a slow-labelled request fast under load.
 	Label int
 	// Tokens is the number of word pieces the encoder saw, after truncation
 	// and including [CLS] and [SEP].
 	Tokens int
 	// Stage is the model that produced PSlow. Its zero value is StageEncoder,
-	// what Classify and ClassifyTokens return.
+	// what a model's Classify and ClassifyTokens return.
 	Stage Stage
 }
 
@@ -35,7 +35,7 @@ const (
 	// StageEncoder: tokenizer → MiniLM encoder → mean pooling → head.
 	StageEncoder Stage = iota
 	// StageStatic: the static table distilled from the encoder and its own
-	// head (StaticScore), microseconds per text. Its P(slow) is meant to
+	// head (Static.Score; a model's StaticScore), microseconds per text. Its P(slow) is meant to
 	// stand only when the Band decides it.
 	StageStatic
 )

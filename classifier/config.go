@@ -58,7 +58,8 @@ func DefaultConfig() Config {
 
 // CheckFiles reports, naming the setting to change, each file the classifier needs that is
 // not there: ModelDir's manifest.json, EncoderDir's model.onnx and tokenizer.json, and
-// ORTLibrary. New fails on the first of them anyway; this says where to look before it does.
+// ORTLibrary. The model's New (package classifier/onnx) fails on the first of them anyway;
+// this says where to look before it does.
 func (c Config) CheckFiles(path string) error {
 	var errs []error
 	missing := func(key, file, hint string) {

@@ -38,7 +38,7 @@ type Manifest struct {
 		Features []string `json:"features"`
 	} `json:"head"`
 	// Static is the optional first stage; nil when the manifest has none
-	// (the int8 variant), and then the Classifier has no static stage.
+	// (the int8 variant), and then the model has no static stage.
 	Static *StaticManifest `json:"static,omitempty"`
 
 	sha256 string // of manifest.json as read, for the content version
@@ -68,11 +68,14 @@ type StaticManifest struct {
 	} `json:"distilled_from"`
 }
 
-// Feature names the Go classifier knows how to compute, in the order the
-// head expects them when listed.
+// Feature names a head may list (manifest head.features, static.features),
+// in the order it expects them.
 const (
-	featureMeanPooled = "mean_pooled_l2"
-	featureHasContext = "has_context"
+	// FeatureMeanPooled is the encoder's output, mean-pooled over the
+	// attention mask and L2-normalised: encoder.dim values.
+	FeatureMeanPooled = "mean_pooled_l2"
+	// FeatureHasContext is one value, HasContext of the text's ids.
+	FeatureHasContext = "has_context"
 )
 
 // LoadManifest reads and checks dir/manifest.json.
@@ -119,11 +122,11 @@ func (m *Manifest) validate() error {
 	if m.Head.File == "" || m.Head.Input == "" || m.Head.Output == "" {
 		errs = append(errs, errors.New("head.file, head.input and head.output: must not be empty"))
 	}
-	if len(m.Head.Features) == 0 || m.Head.Features[0] != featureMeanPooled {
-		errs = append(errs, fmt.Errorf("head.features: must start with %q, got %q", featureMeanPooled, m.Head.Features))
+	if len(m.Head.Features) == 0 || m.Head.Features[0] != FeatureMeanPooled {
+		errs = append(errs, fmt.Errorf("head.features: must start with %q, got %q", FeatureMeanPooled, m.Head.Features))
 	}
 	for _, f := range m.Head.Features {
-		if !slices.Contains([]string{featureMeanPooled, featureHasContext}, f) {
+		if !slices.Contains([]string{FeatureMeanPooled, FeatureHasContext}, f) {
 			errs = append(errs, fmt.Errorf("head.features: unknown feature %q", f))
 		}
 	}
@@ -139,30 +142,37 @@ func (m *Manifest) validate() error {
 	return errors.Join(errs...)
 }
 
-// featureDim is the width of the head's input.
-func (m *Manifest) featureDim() int {
+// FeatureDim is the width of the head's input: encoder.dim for
+// FeatureMeanPooled, one for FeatureHasContext.
+func (m *Manifest) FeatureDim() int {
 	n := 0
 	for _, f := range m.Head.Features {
 		switch f {
-		case featureMeanPooled:
+		case FeatureMeanPooled:
 			n += m.Encoder.Dim
-		case featureHasContext:
+		case FeatureHasContext:
 			n++
 		}
 	}
 	return n
 }
 
-// contentVersion derives the model version that keys cached results from
-// what is loaded: the manifest's bytes and the sha256 of every artifact as
-// read (encoder, tokenizer, head, static table and head), in that order.
-// The manifest's own version stays in front, readable; the suffix changes
+// ContentVersion derives the model version that keys cached results from
+// what is loaded: the manifest's bytes as LoadManifest read them and the
+// sha256 of every artifact as read, in the order given (a model passes
+// tokenizer, encoder, head, then LoadStatic's table and head). The
+// manifest's own version stays in front, readable; the suffix changes
 // whenever any byte of the model does, even under the same version string.
-func contentVersion(m *Manifest, artifactSHA256s []string) string {
+func (m *Manifest) ContentVersion(artifactSHA256s []string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "manifest %s\n", m.sha256)
 	for _, s := range artifactSHA256s {
 		fmt.Fprintf(h, "artifact %s\n", s)
 	}
 	return m.Version + "+" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }

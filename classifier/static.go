@@ -43,10 +43,11 @@ const (
 	staticMaxID = 1 << 24 // sanity bound on the vocabulary size
 )
 
-// static is the first stage: one vector per word piece distilled from the
-// encoder, mean over a text's pieces, L2, then a logistic regression. It is
-// immutable after load and needs no lock.
-type static struct {
+// Static is the first stage: one vector per word piece distilled from the
+// encoder, mean over a text's pieces, L2, then a logistic regression. It
+// runs no ONNX Runtime call. It is immutable after LoadStatic and safe for
+// concurrent use without locking.
+type Static struct {
 	vocab, dim int
 	q          []int8    // int8 format: vocab×dim
 	scale      []float32 // int8 format: vocab
@@ -64,9 +65,11 @@ type staticHead struct {
 	Bias     *float32  `json:"bias"`
 }
 
-// loadStatic reads and checks the static table and head named in the
-// manifest; it returns their sha256s for the content version.
-func loadStatic(dir string, m *Manifest) (*static, []string, error) {
+// LoadStatic reads and checks the static table and head named in m.Static
+// from dir (the model directory), every failure naming the file; it also
+// returns their sha256s, table then head, for Manifest.ContentVersion. m must
+// have a static section. The caller checks Vocab against its tokenizer.
+func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	sm := m.Static
 	tablePath := filepath.Join(dir, sm.TableFile)
 	raw, err := os.ReadFile(tablePath)
@@ -77,7 +80,7 @@ func loadStatic(dir string, m *Manifest) (*static, []string, error) {
 	if tableSHA != sm.TableSHA256 {
 		return nil, nil, fmt.Errorf("static table %s: sha256 %s does not match the manifest's %s", tablePath, tableSHA, sm.TableSHA256)
 	}
-	s := &static{vocab: sm.Vocab, dim: sm.Dim, drop: slices.Clone(sm.DropIDs), band: Band{Lo: sm.Band[0], Hi: sm.Band[1]}}
+	s := &Static{vocab: sm.Vocab, dim: sm.Dim, drop: slices.Clone(sm.DropIDs), band: Band{Lo: sm.Band[0], Hi: sm.Band[1]}}
 	n := sm.Vocab * sm.Dim
 	switch sm.TableFormat {
 	case formatInt8:
@@ -129,7 +132,7 @@ func loadStatic(dir string, m *Manifest) (*static, []string, error) {
 		return nil, nil, fmt.Errorf("static head %s: %d weights and bias %v, want %d weights and a bias", headPath, len(h.Weights), h.Bias != nil, want)
 	}
 	s.w, s.bias = h.Weights, *h.Bias
-	if !slices.Contains(sm.Features, featureHasContext) {
+	if !slices.Contains(sm.Features, FeatureHasContext) {
 		s.w = append(s.w, 0) // has_context unused: weight 0 keeps score's arithmetic uniform
 	}
 	return s, []string{tableSHA, headSHA}, nil
@@ -141,20 +144,28 @@ func staticFeatureDim(features []string, dim int) int {
 		switch f {
 		case featStatic:
 			n += dim
-		case featureHasContext:
+		case FeatureHasContext:
 			n++
 		}
 	}
 	return n
 }
 
-// score returns P(slow) for one text's token ids (as the tokenizer gave
-// them, [CLS] and [SEP] included). acc is scratch space of length dim.
-// The arithmetic mirrors the notebook's static_p_ref: float32 sums in token
-// order, the mean, an L2 norm in float64, then a float64 dot product.
-func (s *static) score(ids []uint32, sep uint32, acc []float32) (float32, error) {
-	acc = acc[:s.dim]
-	clear(acc)
+// Vocab is the number of rows of the table: the tokenizer's vocabulary size
+// it was distilled with.
+func (s *Static) Vocab() int { return s.vocab }
+
+// Band is the manifest's band: the static P(slow) decides a text outside it.
+func (s *Static) Band() Band { return s.band }
+
+// Score returns P(slow) for one text's token ids (as the tokenizer gave
+// them, [CLS] and [SEP] included; sep is the tokenizer's [SEP] id, for
+// has_context). It allocates one dim-sized scratch vector. An id outside the
+// table is an error. The arithmetic mirrors the notebook's static_p_ref:
+// float32 sums in token order, the mean, an L2 norm in float64, then a
+// float64 dot product.
+func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
+	acc := make([]float32, s.dim)
 	n := 0
 	for _, id := range ids {
 		if slices.Contains(s.drop, id) {
@@ -181,7 +192,7 @@ func (s *static) score(ids []uint32, sep uint32, acc []float32) (float32, error)
 			}
 		}
 	}
-	z := float64(s.bias) + float64(s.w[s.dim])*float64(hasContext(ids, sep))
+	z := float64(s.bias) + float64(s.w[s.dim])*float64(HasContext(ids, sep))
 	if n > 0 {
 		inv := float32(n)
 		var norm float64
@@ -197,6 +208,22 @@ func (s *static) score(ids []uint32, sep uint32, acc []float32) (float32, error)
 		}
 	}
 	return float32(1 / (1 + math.Exp(-z))), nil
+}
+
+// HasContext is the has_context feature of one text's ids: 1 when they hold
+// the instruction/context separator, i.e. more [SEP] tokens than the final
+// one, else 0. Both heads read it.
+func HasContext(ids []uint32, sep uint32) float32 {
+	n := 0
+	for _, id := range ids {
+		if id == sep {
+			n++
+		}
+	}
+	if n > 1 {
+		return 1
+	}
+	return 0
 }
 
 // float16to32 widens an IEEE 754 half-precision value.
@@ -242,7 +269,7 @@ func (sm *StaticManifest) validate() error {
 		errs = append(errs, fmt.Errorf("static.features: must start with %q, got %q", featStatic, sm.Features))
 	}
 	for _, f := range sm.Features {
-		if f != featStatic && f != featureHasContext {
+		if f != featStatic && f != FeatureHasContext {
 			errs = append(errs, fmt.Errorf("static.features: unknown feature %q", f))
 		}
 	}

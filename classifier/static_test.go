@@ -1,137 +1,47 @@
 package classifier
 
 import (
-	"context"
+	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestStaticParity runs every text of the parity file through Tokenize and
-// StaticScore: P(slow) must match the notebook's static stage to 1e-5.
-func TestStaticParity(t *testing.T) {
-	c := newTestClassifier(t, "")
-	rows := loadParity(t, "")
-	var worst float64
-	for i, row := range rows {
-		require.NotNilf(t, row.PStatic, "row %d: parity file has no p_static (re-run the notebook)", i)
-		tok, err := c.Tokenize(row.Text)
-		require.NoError(t, err)
-		res, err := c.StaticScore(tok)
-		require.NoError(t, err)
-		d := math.Abs(float64(res.PSlow) - *row.PStatic)
-		worst = max(worst, d)
-		require.LessOrEqualf(t, d, 1e-5, "row %d (%s, %d tokens): go %.7f python %.7f", i, row.Category, row.Tokens, res.PSlow, *row.PStatic)
-		require.Equal(t, row.Tokens, res.Tokens)
-		require.Equal(t, StageStatic, res.Stage)
-		require.Equal(t, res.PSlow > 0.5, res.Label == SlowLabel)
+// loadStage loads the static stage of the model in dir as a model does: manifest, then table
+// and head.
+func loadStage(dir string) (*Static, []string, error) {
+	m, err := LoadManifest(dir)
+	if err != nil {
+		return nil, nil, err
 	}
-	t.Logf("%d texts, max |P_go - P_python| (static) = %.2e", len(rows), worst)
+	return LoadStatic(dir, m)
 }
 
-// TestTokensFeedBothStages: ClassifyTokens gives exactly what Classify gives,
-// and the static and encoder stages see the same token count.
-func TestTokensFeedBothStages(t *testing.T) {
-	c := newTestClassifier(t, "")
-	ctx := context.Background()
-	rows := loadParity(t, "")
-	texts := make([]string, 0, 48)
-	for i := 0; i < len(rows); i += len(rows) / 48 {
-		texts = append(texts, rows[i].Text)
-	}
-	want, err := c.Classify(ctx, texts)
+// TestShippedStaticStage: the shipped table loads with the notebook's band, and Decides is
+// strict at both ends.
+func TestShippedStaticStage(t *testing.T) {
+	dir := filepath.Join(repo, "models")
+	m, err := LoadManifest(dir)
 	require.NoError(t, err)
-	toks := make([]Tokens, len(texts))
-	for i, tx := range texts {
-		toks[i], err = c.Tokenize(tx)
-		require.NoError(t, err)
-	}
-	got, err := c.ClassifyTokens(ctx, toks)
+	s, shas, err := LoadStatic(dir, m)
 	require.NoError(t, err)
-	require.Equal(t, want, got, "ClassifyTokens must equal Classify bit for bit")
-	for i, tk := range toks {
-		s, err := c.StaticScore(tk)
-		require.NoError(t, err)
-		require.Equal(t, StageEncoder, got[i].Stage)
-		require.Equal(t, got[i].Tokens, s.Tokens)
-		require.Equal(t, tk.Len(), s.Tokens)
-	}
-}
-
-func TestStaticStageErrors(t *testing.T) {
-	c := newTestClassifier(t, "")
-	_, err := c.Tokenize("  ")
-	require.ErrorIs(t, err, ErrEmptyText)
-	_, err = c.Tokenize("bad \xff")
-	require.ErrorIs(t, err, ErrInvalidUTF8)
-	_, err = c.StaticScore(Tokens{})
-	require.ErrorIs(t, err, ErrForeignTokens)
-	_, err = c.ClassifyTokens(context.Background(), []Tokens{{}})
-	require.ErrorIs(t, err, ErrForeignTokens)
-
-	t.Run("tokens of another truncation are refused", func(t *testing.T) {
-		cfg := testConfig(t, "")
-		cfg.ModelDir = copyDir(t, cfg.ModelDir)
-		editManifest(t, cfg.ModelDir, func(m map[string]any) { m["encoder"].(map[string]any)["max_tokens"] = 128 })
-		other, err := New(cfg)
-		require.NoError(t, err)
-		defer other.Close()
-		tk, err := other.Tokenize(strings.Repeat("word ", 300))
-		require.NoError(t, err)
-		require.Equal(t, 128, tk.Len())
-		_, err = c.StaticScore(tk)
-		require.ErrorIs(t, err, ErrForeignTokens)
-		_, err = c.ClassifyTokens(context.Background(), []Tokens{tk})
-		var te *TextError
-		require.ErrorAs(t, err, &te)
-		require.Equal(t, 0, te.Index)
-	})
-	t.Run("a model without a static stage says so", func(t *testing.T) {
-		q := newTestClassifier(t, "int8")
-		_, ok := q.Band()
-		require.False(t, ok)
-		tk, err := q.Tokenize("Write a poem")
-		require.NoError(t, err)
-		_, err = q.StaticScore(tk)
-		require.ErrorIs(t, err, ErrNoStatic)
-		// Same tokenizer and truncation: the int8 model's tokens feed the fp32 static stage.
-		r, err := c.StaticScore(tk)
-		require.NoError(t, err)
-		require.Equal(t, StageStatic, r.Stage)
-	})
-	t.Run("closed", func(t *testing.T) {
-		cc, err := New(testConfig(t, ""))
-		require.NoError(t, err)
-		tk, err := cc.Tokenize("hello")
-		require.NoError(t, err)
-		require.NoError(t, cc.Close())
-		_, err = cc.Tokenize("hello")
-		require.ErrorIs(t, err, ErrClosed)
-		_, err = cc.StaticScore(tk)
-		require.ErrorIs(t, err, ErrClosed)
-		_, err = cc.ClassifyTokens(context.Background(), []Tokens{tk})
-		require.ErrorIs(t, err, ErrClosed)
-	})
-}
-
-// TestBandFromManifest: the shipped model carries the notebook's band, and
-// Decides is strict at both ends.
-func TestBandFromManifest(t *testing.T) {
-	c := newTestClassifier(t, "")
-	b, ok := c.Band()
-	require.True(t, ok)
-	m := c.Manifest().Static
-	require.Equal(t, Band{Lo: m.Band[0], Hi: m.Band[1]}, b)
+	require.Equal(t, []string{m.Static.TableSHA256, m.Static.HeadSHA256}, shas)
+	require.Equal(t, m.Static.Vocab, s.Vocab())
+	b := s.Band()
+	require.Equal(t, Band{Lo: m.Static.Band[0], Hi: m.Static.Band[1]}, b)
 	require.NoError(t, b.Validate())
 	require.Less(t, b.Lo, 0.5)
 	require.Greater(t, b.Hi, 0.5)
+
+	_, err = s.Score([]uint32{101, uint32(s.Vocab()), 102}, 102)
+	require.ErrorContains(t, err, "outside the static table's vocabulary")
+}
+
+func TestBandDecides(t *testing.T) {
 	require.True(t, Band{0.1, 0.9}.Decides(0.05))
 	require.True(t, Band{0.1, 0.9}.Decides(0.95))
 	require.False(t, Band{0.1, 0.9}.Decides(0.1))
@@ -142,51 +52,83 @@ func TestBandFromManifest(t *testing.T) {
 	require.Error(t, Band{-0.1, 0.9}.Validate())
 }
 
-// TestVersionIsContentDerived: two model dirs that differ only in the head's
-// bytes, under the same manifest version string, get different versions;
-// identical files get equal versions; the band is part of the version.
-func TestVersionIsContentDerived(t *testing.T) {
-	base := testConfig(t, "")
-	a := newTestClassifier(t, "")
-	require.True(t, strings.HasPrefix(a.Version(), a.Manifest().Version+"+"), a.Version())
+// TestStaticTableFormats decodes one small table written in each format and scores with it:
+// every format gives the mean of the kept rows, L2-normalised, through the head, with
+// has_context from the separators.
+func TestStaticTableFormats(t *testing.T) {
+	// Rows of a 3-piece vocabulary, dim 2; piece 2 is the separator and left out of the mean.
+	rows := [][2]float32{{1, 0}, {0, 2}, {-1, 1}}
+	const sep = 2
+	encode := map[string]func() []byte{
+		formatFP32: func() []byte {
+			var b []byte
+			for _, r := range rows {
+				for _, v := range r {
+					b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+				}
+			}
+			return b
+		},
+		formatFP16: func() []byte {
+			half := map[float32]uint16{0: 0, 1: 0x3c00, 2: 0x4000, -1: 0xbc00}
+			var b []byte
+			for _, r := range rows {
+				for _, v := range r {
+					b = binary.LittleEndian.AppendUint16(b, half[v])
+				}
+			}
+			return b
+		},
+		formatInt8: func() []byte {
+			// Each row scaled so its largest magnitude is 127.
+			q := []int8{127, 0, 0, 127, -127, 127}
+			b := make([]byte, 0, len(q)+4*len(rows))
+			for _, v := range q {
+				b = append(b, byte(v))
+			}
+			for _, sc := range []float32{1.0 / 127, 2.0 / 127, 1.0 / 127} {
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(sc))
+			}
+			return b
+		},
+	}
+	head, err := json.Marshal(map[string]any{"features": []string{featStatic, FeatureHasContext}, "weights": []float32{1, -1, 0.5}, "bias": 0.25})
+	require.NoError(t, err)
+	// Pieces 0 and 1 kept, mean (0.5, 1), unit (1, 2)/√5; two separators: has_context 1.
+	z := 0.25 + (1-2)/math.Sqrt(5) + 0.5
+	want := 1 / (1 + math.Exp(-z))
 
-	same := base
-	same.ModelDir = copyDir(t, base.ModelDir)
-	b, err := New(same)
-	require.NoError(t, err)
-	defer b.Close()
-	require.Equal(t, a.Version(), b.Version(), "identical files, identical version")
+	for format, enc := range encode {
+		t.Run(format, func(t *testing.T) {
+			dir := copyDir(t, filepath.Join(repo, "models"))
+			table := enc()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_table.bin"), table, 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_head.json"), head, 0o644))
+			editManifest(t, dir, func(m map[string]any) {
+				s := m["static"].(map[string]any)
+				s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = format, 3, 2, []int{sep}
+				s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
+			})
+			s, _, err := loadStage(dir)
+			require.NoError(t, err)
+			require.Equal(t, 3, s.Vocab())
+			p, err := s.Score([]uint32{0, sep, 1, sep}, sep)
+			require.NoError(t, err)
+			require.InDelta(t, want, p, 1e-6)
+			p, err = s.Score([]uint32{sep}, sep)
+			require.NoError(t, err)
+			require.InDelta(t, 1/(1+math.Exp(-0.25)), p, 1e-6, "no kept piece: the bias alone")
+		})
+	}
+}
 
-	// Another head: same graph and weights, one byte of its producer name
-	// changed, sha256 updated in the manifest, version string untouched.
-	other := base
-	other.ModelDir = copyDir(t, base.ModelDir)
-	hp := filepath.Join(other.ModelDir, "head.onnx")
-	head, err := os.ReadFile(hp)
-	require.NoError(t, err)
-	i := strings.Index(string(head), "triage-train")
-	require.Positive(t, i)
-	head[i] = 'T'
-	require.NoError(t, os.WriteFile(hp, head, 0o644))
-	editManifest(t, other.ModelDir, func(m map[string]any) { m["head"].(map[string]any)["sha256"] = sha256Hex(head) })
-	d, err := New(other)
-	require.NoError(t, err)
-	defer d.Close()
-	require.Equal(t, a.Manifest().Version, d.Manifest().Version)
-	require.NotEqual(t, a.Version(), d.Version(), "a different head must change the version")
-
-	band := base
-	band.ModelDir = copyDir(t, base.ModelDir)
-	editManifest(t, band.ModelDir, func(m map[string]any) { m["static"].(map[string]any)["band"] = []float64{0.2, 0.8} })
-	e, err := New(band)
-	require.NoError(t, err)
-	defer e.Close()
-	require.NotEqual(t, a.Version(), e.Version(), "another band must change the version")
+func TestHasContext(t *testing.T) {
+	require.Equal(t, float32(0), HasContext([]uint32{101, 5, 102}, 102))
+	require.Equal(t, float32(1), HasContext([]uint32{101, 5, 102, 6, 102}, 102))
+	require.Equal(t, float32(0), HasContext(nil, 102))
 }
 
 func TestStaticLoadErrors(t *testing.T) {
-	base := testConfig(t, "")
-	newTestClassifier(t, "")
 	cases := []struct {
 		name   string
 		mutate func(t *testing.T, dir string)
@@ -214,10 +156,9 @@ func TestStaticLoadErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := base
-			cfg.ModelDir = copyDir(t, base.ModelDir)
-			tc.mutate(t, cfg.ModelDir)
-			_, err := New(cfg)
+			dir := copyDir(t, filepath.Join(repo, "models"))
+			tc.mutate(t, dir)
+			_, _, err := loadStage(dir)
 			require.Error(t, err)
 			for _, w := range tc.want {
 				require.Contains(t, err.Error(), w)
@@ -235,58 +176,4 @@ func TestFloat16(t *testing.T) {
 	}
 	require.True(t, math.IsInf(float64(float16to32(0x7c00)), 1))
 	require.True(t, math.IsNaN(float64(float16to32(0x7e00))))
-}
-
-func editManifest(t *testing.T, dir string, f func(map[string]any)) {
-	t.Helper()
-	p := filepath.Join(dir, "manifest.json")
-	b, err := os.ReadFile(p)
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m))
-	f(m)
-	b, err = json.MarshalIndent(m, "", "  ")
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(p, b, 0o644))
-}
-
-// TestStagesConcurrently: Tokenize, StaticScore and ClassifyTokens from
-// several goroutines give the single-threaded results (run with -race).
-func TestStagesConcurrently(t *testing.T) {
-	c := newTestClassifier(t, "")
-	rows := loadParity(t, "")[:24]
-	errs := make(chan error, 4)
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			for i := g; i < len(rows); i += 4 {
-				tk, err := c.Tokenize(rows[i].Text)
-				if err != nil {
-					errs <- err
-					return
-				}
-				s, err := c.StaticScore(tk)
-				if err != nil {
-					errs <- err
-					return
-				}
-				e, err := c.ClassifyTokens(context.Background(), []Tokens{tk})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if math.Abs(float64(s.PSlow)-*rows[i].PStatic) > 1e-5 || math.Abs(float64(e[0].PSlow)-rows[i].PSlow) > 1e-4 {
-					errs <- fmt.Errorf("row %d: concurrent result differs from parity", i)
-					return
-				}
-			}
-		}(g)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
 }

@@ -40,7 +40,8 @@ func (c CascadeConfig) ValidateAt(path string) error {
 	return nil
 }
 
-// Staged is a Model with a first stage; *classifier.Classifier implements it. Tokenize's
+// Staged is a Model with a first stage; *onnx.Classifier (package classifier/onnx)
+// implements it, checked where cmd/triage wires it in. Tokenize's
 // Tokens feed both StaticScore and ClassifyTokens, so a text deferred to the encoder is
 // not tokenized twice.
 type Staged interface {
@@ -49,8 +50,6 @@ type Staged interface {
 	Band() (classifier.Band, bool)
 	ClassifyTokens(ctx context.Context, toks []classifier.Tokens) ([]classifier.Result, error)
 }
-
-var _ Staged = (*classifier.Classifier)(nil)
 
 // stageOf returns m's first stage and the band to use under cfg, or nil when the cascade is
 // off or m has none.

@@ -1,11 +1,9 @@
 package router
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -14,112 +12,114 @@ import (
 	"github.com/triage-gw/triage/classifier"
 )
 
-// countingModel is the real classifier, counting the calls the router makes.
-type countingModel struct {
-	*classifier.Classifier
-	tokenize, static, classify, classifyTokens atomic.Int64
+// stagedModel is fakeModel with a first stage, counting the calls the router makes. Its
+// tokenizer turns each byte of a text into one id, so its stages read the text back from
+// the tokens: the first stage scores a text by its "s=0.95" word (0.5 without one), the
+// encoder by its "p=0.87" word, as fakeModel does. The real model behind the cascade is
+// exercised in cmd/triage (TestCascadeWithTheRealModel).
+type stagedModel struct {
+	fakeModel
+	band                             classifier.Band
+	tokenize, static, classifyTokens atomic.Int64
 }
 
-func (m *countingModel) Tokenize(text string) (classifier.Tokens, error) {
+const stagedTokenizer = "bytes/0"
+
+func newStagedModel() *stagedModel {
+	return &stagedModel{fakeModel: fakeModel{version: "v1", cutoff: 0.5}, band: classifier.Band{Lo: 0.1, Hi: 0.9}}
+}
+
+func (m *stagedModel) Tokenize(text string) (classifier.Tokens, error) {
 	m.tokenize.Add(1)
-	return m.Classifier.Tokenize(text)
+	if strings.TrimSpace(text) == "" {
+		return classifier.Tokens{}, classifier.ErrEmptyText
+	}
+	ids := make([]uint32, len(text))
+	for i := range len(text) {
+		ids[i] = uint32(text[i])
+	}
+	return classifier.NewTokens(ids, stagedTokenizer), nil
 }
 
-func (m *countingModel) StaticScore(t classifier.Tokens) (classifier.Result, error) {
+// text reads a text back from its tokens.
+func (m *stagedModel) text(t classifier.Tokens) (string, bool) {
+	ids, ok := t.IDsFor(stagedTokenizer)
+	b := make([]byte, len(ids))
+	for i, id := range ids {
+		b[i] = byte(id)
+	}
+	return string(b), ok
+}
+
+func (m *stagedModel) StaticScore(t classifier.Tokens) (classifier.Result, error) {
 	m.static.Add(1)
-	return m.Classifier.StaticScore(t)
-}
-
-func (m *countingModel) Classify(ctx context.Context, texts []string) ([]classifier.Result, error) {
-	m.classify.Add(int64(len(texts)))
-	return m.Classifier.Classify(ctx, texts)
-}
-
-func (m *countingModel) ClassifyTokens(ctx context.Context, toks []classifier.Tokens) ([]classifier.Result, error) {
-	m.classifyTokens.Add(int64(len(toks)))
-	return m.Classifier.ClassifyTokens(ctx, toks)
-}
-
-// realClassifier loads the shipped model (models/, .deps/ from scripts/setup.sh).
-func realClassifier(t *testing.T) *countingModel {
-	t.Helper()
-	cfg := classifier.DefaultConfig()
-	cfg.ModelDir = filepath.Join("..", cfg.ModelDir)
-	cfg.EncoderDir = filepath.Join("..", cfg.EncoderDir)
-	cfg.ORTLibrary = filepath.Join("..", cfg.ORTLibrary)
-	c, err := classifier.New(cfg)
-	require.NoError(t, err)
-	return &countingModel{Classifier: c}
-}
-
-// parityTexts returns one text the first stage decides and one it defers, from the
-// notebook's parity file, with their expected P(slow) per stage.
-func parityTexts(t *testing.T, band classifier.Band) (decided, deferred struct {
-	text           string
-	pStatic, pSlow float64
-}) {
-	t.Helper()
-	f, err := os.Open(filepath.Join("..", "models", "parity.jsonl"))
-	require.NoError(t, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var r struct {
-			Category, Text   string
-			PSlow            float64 `json:"p_slow"`
-			PStatic          float64 `json:"p_static"`
-			Instruction, Ctx string
-		}
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
-		if r.Category == "edge" || r.Text != Input(r.Text, "") {
-			continue
-		}
-		if band.Decides(float32(r.PStatic)) && decided.text == "" {
-			decided.text, decided.pStatic, decided.pSlow = r.Text, r.PStatic, r.PSlow
-		}
-		if !band.Decides(float32(r.PStatic)) && deferred.text == "" {
-			deferred.text, deferred.pStatic, deferred.pSlow = r.Text, r.PStatic, r.PSlow
+	text, ok := m.text(t)
+	if !ok {
+		return classifier.Result{}, classifier.ErrForeignTokens
+	}
+	r := classifier.Result{PSlow: 0.5, Tokens: t.Len(), Stage: classifier.StageStatic}
+	for w := range strings.FieldsSeq(text) {
+		if v, ok := strings.CutPrefix(w, "s="); ok {
+			f, err := strconv.ParseFloat(v, 32)
+			if err != nil {
+				return classifier.Result{}, err
+			}
+			r.PSlow = float32(f)
 		}
 	}
-	require.NotEmpty(t, decided.text)
-	require.NotEmpty(t, deferred.text)
-	return decided, deferred
+	if float64(r.PSlow) > m.cutoff {
+		r.Label = classifier.SlowLabel
+	}
+	return r, nil
 }
+
+func (m *stagedModel) Band() (classifier.Band, bool) { return m.band, true }
+
+func (m *stagedModel) ClassifyTokens(ctx context.Context, toks []classifier.Tokens) ([]classifier.Result, error) {
+	m.classifyTokens.Add(int64(len(toks)))
+	texts := make([]string, len(toks))
+	for i, t := range toks {
+		var ok bool
+		if texts[i], ok = m.text(t); !ok {
+			return nil, &classifier.TextError{Index: i, Err: classifier.ErrForeignTokens}
+		}
+	}
+	return scoreTexts(texts, m.cutoff), nil
+}
+
+var _ Staged = (*stagedModel)(nil)
 
 // With the cascade on, a text outside the band is decided by the first stage (no encoder
 // call); one inside goes to the encoder with the tokens the first stage made (tokenized
 // once); both are cached with their stage.
 func TestCascadeDecidesOutsideTheBandAndHandsTokensOn(t *testing.T) {
-	m := realClassifier(t)
-	band, ok := m.Band()
-	require.True(t, ok, "the shipped model has a first stage")
+	m := newStagedModel()
 	r := startRouter(t, testConfig(), m)
-	decided, deferred := parityTexts(t, band)
+	const decided, deferred = "write a poem s=0.95 p=0.8", "summarize this s=0.5 p=0.3"
 	ctx := context.Background()
 
-	rt, err := r.Preview(ctx, decided.text)
+	rt, err := r.Preview(ctx, decided)
 	require.NoError(t, err)
 	require.Equal(t, classifier.StageStatic, rt.Stage)
-	require.InDelta(t, decided.pStatic, rt.PSlow, 1e-5)
+	require.InDelta(t, 0.95, rt.PSlow, 1e-6)
 	require.Positive(t, rt.Static)
 	require.Zero(t, rt.Inference)
-	require.Zero(t, m.classify.Load()-1, "only the startup probe ran the encoder")
+	require.EqualValues(t, 1, m.calls.Load(), "only the startup probe ran the encoder")
 	require.Zero(t, m.classifyTokens.Load())
 
-	rt, err = r.Preview(ctx, deferred.text)
+	rt, err = r.Preview(ctx, deferred)
 	require.NoError(t, err)
 	require.Equal(t, classifier.StageEncoder, rt.Stage)
-	require.InDelta(t, deferred.pSlow, rt.PSlow, 1e-5)
+	require.InDelta(t, 0.3, rt.PSlow, 1e-6)
 	require.EqualValues(t, 2, m.tokenize.Load(), "each text tokenized once")
 	require.EqualValues(t, 1, m.classifyTokens.Load(), "the encoder got the first stage's tokens")
-	require.EqualValues(t, 1, m.classify.Load(), "and never the text again")
+	require.EqualValues(t, 1, m.calls.Load(), "and never the text again")
 
 	r.WaitCache()
 	for _, tc := range []struct {
 		text  string
 		stage classifier.Stage
-	}{{decided.text, classifier.StageStatic}, {deferred.text, classifier.StageEncoder}} {
+	}{{decided, classifier.StageStatic}, {deferred, classifier.StageEncoder}} {
 		rt, err := r.Preview(ctx, tc.text)
 		require.NoError(t, err)
 		require.True(t, rt.Hit)
@@ -132,16 +132,14 @@ func TestCascadeDecidesOutsideTheBandAndHandsTokensOn(t *testing.T) {
 }
 
 func TestCascadeOffUsesOnlyTheEncoder(t *testing.T) {
-	m := realClassifier(t)
-	band, _ := m.Band()
+	m := newStagedModel()
 	cfg := testConfig()
 	cfg.Cascade.Enabled = false
 	r := startRouter(t, cfg, m)
-	decided, _ := parityTexts(t, band)
-	rt, err := r.Preview(context.Background(), decided.text)
+	rt, err := r.Preview(context.Background(), "write a poem s=0.95 p=0.8")
 	require.NoError(t, err)
 	require.Equal(t, classifier.StageEncoder, rt.Stage)
-	require.InDelta(t, decided.pSlow, rt.PSlow, 1e-5)
+	require.InDelta(t, 0.8, rt.PSlow, 1e-6)
 	require.Zero(t, m.tokenize.Load())
 	require.Zero(t, rt.Static)
 }
@@ -149,13 +147,12 @@ func TestCascadeOffUsesOnlyTheEncoder(t *testing.T) {
 // A band override moves what the first stage decides; the caches are keyed by it, so
 // results made under another band or with the cascade off are never served.
 func TestCascadeBandOverrideAndCacheKeys(t *testing.T) {
-	m := realClassifier(t)
-	band, _ := m.Band()
-	decided, _ := parityTexts(t, band)
+	m := newStagedModel()
+	band := m.band
 	cfg := testConfig()
 	cfg.Cascade.BandLow, cfg.Cascade.BandHigh = 1e-9, 1-1e-9 // the first stage decides (almost) nothing
 	r := startRouter(t, cfg, m)
-	rt, err := r.Preview(context.Background(), decided.text)
+	rt, err := r.Preview(context.Background(), "write a poem s=0.95 p=0.8")
 	require.NoError(t, err)
 	require.Equal(t, classifier.StageEncoder, rt.Stage)
 

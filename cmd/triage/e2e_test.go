@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/internal/redistest"
 	"github.com/triage-gw/triage/router"
@@ -31,14 +32,26 @@ import (
 // real classifier from the repository's models/ and .deps/) and runs it on 127.0.0.1:0.
 func startGateway(t *testing.T, cfg config.Config) (string, *router.Router) {
 	t.Helper()
-	cc := cfg.Classifier
-	for _, p := range []*string{&cc.ModelDir, &cc.EncoderDir, &cc.ORTLibrary} {
+	cc := testClassifierConfig(cfg.Classifier)
+	return startGatewayWith(t, cfg, func() (router.Model, error) { return loadClassifier(cc) })
+}
+
+// testClassifierConfig resolves cfg's relative paths from the repository root, as the
+// defaults are.
+func testClassifierConfig(cfg classifier.Config) classifier.Config {
+	for _, p := range []*string{&cfg.ModelDir, &cfg.EncoderDir, &cfg.ORTLibrary} {
 		if !filepath.IsAbs(*p) {
-			*p = filepath.Join("..", "..", *p) // the defaults are relative to the repository root
+			*p = filepath.Join("..", "..", *p)
 		}
 	}
+	return cfg
+}
+
+// startGatewayWith is startGateway with the model from load.
+func startGatewayWith(t *testing.T, cfg config.Config, load router.Loader) (string, *router.Router) {
+	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	p := parts{log: log, load: func() (router.Model, error) { return loadClassifier(cc) }}
+	p := parts{log: log, load: load}
 	if cfg.Sim.Enabled {
 		locals, err := listenBuiltin(&cfg, log)
 		require.NoError(t, err)

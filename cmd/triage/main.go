@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/classifier/onnx"
 	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/fleet"
 	"github.com/triage-gw/triage/internal/probe"
@@ -261,12 +262,20 @@ func installRoot() string {
 	return filepath.Dir(filepath.Dir(exe))
 }
 
+// The real model is wired in here and only here: the router sees it through these
+// interfaces, so that everything but this program and classifier/onnx builds without the
+// model runtime (CGO_ENABLED=0).
+var (
+	_ router.Model  = (*onnx.Classifier)(nil)
+	_ router.Staged = (*onnx.Classifier)(nil)
+)
+
 // loadClassifier builds the real model; a failed load must not yield a typed nil.
 func loadClassifier(cfg classifier.Config) (router.Model, error) {
 	if err := cfg.CheckFiles("classifier"); err != nil {
 		return nil, err
 	}
-	c, err := classifier.New(cfg)
+	c, err := onnx.New(cfg)
 	if err != nil {
 		return nil, err
 	}

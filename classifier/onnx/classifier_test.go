@@ -1,4 +1,4 @@
-package classifier
+package onnx
 
 import (
 	"bufio"
@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/classifier"
 )
 
 type parityRow struct {
@@ -77,7 +79,7 @@ func TestParity(t *testing.T) {
 					worst = max(worst, d)
 					require.LessOrEqualf(t, d, 1e-4, "row %d (%s, %d tokens): go %.6f python %.6f", lo+i, row.Category, row.Tokens, r.PSlow, row.PSlow)
 					require.Equalf(t, row.Tokens, r.Tokens, "row %d: token count", lo+i)
-					require.Equal(t, r.PSlow > 0.5, r.Label == SlowLabel)
+					require.Equal(t, r.PSlow > 0.5, r.Label == classifier.SlowLabel)
 				}
 			}
 			t.Logf("%d texts, max |P_go - P_python| = %.2e", len(rows), worst)
@@ -110,15 +112,15 @@ func TestEdgeInputs(t *testing.T) {
 	t.Run("empty and blank texts are rejected with their index", func(t *testing.T) {
 		for _, bad := range []string{"", "   \n\t ", "\x00"} {
 			_, err := c.Classify(ctx, []string{"fine", bad})
-			require.ErrorIs(t, err, ErrEmptyText)
-			var te *TextError
+			require.ErrorIs(t, err, classifier.ErrEmptyText)
+			var te *classifier.TextError
 			require.True(t, errors.As(err, &te))
 			require.Equal(t, 1, te.Index)
 		}
 	})
 	t.Run("invalid UTF-8 is rejected, not silently replaced", func(t *testing.T) {
 		_, err := c.Classify(ctx, []string{"ok", "bad \xff\xfe bytes"})
-		require.ErrorIs(t, err, ErrInvalidUTF8)
+		require.ErrorIs(t, err, classifier.ErrInvalidUTF8)
 		require.Contains(t, err.Error(), "texts[1]")
 	})
 	t.Run("1 MB text is truncated to max_tokens", func(t *testing.T) {
@@ -150,12 +152,12 @@ func TestEdgeInputs(t *testing.T) {
 	})
 	t.Run("context flips summarisation-like requests to fast", func(t *testing.T) {
 		res, err := c.Classify(ctx, []string{
-			FormatInput("Summarize this passage in two sentences.", "The Nile is a major north-flowing river in northeastern Africa. It flows into the Mediterranean Sea."),
-			FormatInput("Write a short story about a dragon who learns to bake bread.", ""),
+			classifier.FormatInput("Summarize this passage in two sentences.", "The Nile is a major north-flowing river in northeastern Africa. It flows into the Mediterranean Sea."),
+			classifier.FormatInput("Write a short story about a dragon who learns to bake bread.", ""),
 		})
 		require.NoError(t, err)
-		require.Equal(t, FastLabel, res[0].Label)
-		require.Equal(t, SlowLabel, res[1].Label)
+		require.Equal(t, classifier.FastLabel, res[0].Label)
+		require.Equal(t, classifier.SlowLabel, res[1].Label)
 	})
 	t.Run("cancelled context", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
@@ -200,10 +202,5 @@ func TestCloseIsFinal(t *testing.T) {
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close())
 	_, err = c.Classify(context.Background(), []string{"hi"})
-	require.ErrorIs(t, err, ErrClosed)
-}
-
-func TestFormatInput(t *testing.T) {
-	require.Equal(t, "Do it", FormatInput("  Do it ", "   "))
-	require.Equal(t, "Do it [SEP] the doc", FormatInput("Do it", " the doc\n"))
+	require.ErrorIs(t, err, classifier.ErrClosed)
 }

@@ -1,4 +1,4 @@
-package classifier
+package onnx
 
 import (
 	"math"
@@ -69,16 +69,5 @@ func TestGroupByLength(t *testing.T) {
 			}
 			require.Equal(t, tc.want, got)
 		})
-	}
-}
-
-func TestConfigValidateNamesFields(t *testing.T) {
-	cfg := DefaultConfig()
-	require.NoError(t, cfg.Validate())
-	cfg.ModelDir, cfg.MaxPadWaste, cfg.MaxGroupTokens = "", -1, 10
-	err := cfg.Validate()
-	require.Error(t, err)
-	for _, f := range []string{"classifier.model_dir", "classifier.max_pad_waste", "classifier.max_group_tokens"} {
-		require.Contains(t, err.Error(), f)
 	}
 }

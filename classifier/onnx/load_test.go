@@ -1,12 +1,13 @@
-package classifier
+package onnx
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/classifier"
 )
 
 // copyDir copies the files of src (not recursive) into a new temp dir.
@@ -30,47 +31,31 @@ func TestLoadErrorsSayWhatAndWhere(t *testing.T) {
 	base := testConfig(t, "")
 	cases := []struct {
 		name   string
-		mutate func(t *testing.T, cfg *Config)
+		mutate func(t *testing.T, cfg *classifier.Config)
 		want   []string
 	}{
-		{"missing model dir", func(t *testing.T, cfg *Config) { cfg.ModelDir = "/nonexistent/models" }, []string{"read manifest", "/nonexistent/models/manifest.json"}},
-		{"corrupt manifest", func(t *testing.T, cfg *Config) {
+		{"missing model dir", func(t *testing.T, cfg *classifier.Config) { cfg.ModelDir = "/nonexistent/models" }, []string{"read manifest", "/nonexistent/models/manifest.json"}},
+		{"corrupt manifest", func(t *testing.T, cfg *classifier.Config) {
 			cfg.ModelDir = copyDir(t, base.ModelDir)
 			require.NoError(t, os.WriteFile(filepath.Join(cfg.ModelDir, "manifest.json"), []byte("{not json"), 0o644))
 		}, []string{"manifest", "invalid JSON"}},
-		{"manifest with wrong pooling", func(t *testing.T, cfg *Config) {
+		{"corrupt static table", func(t *testing.T, cfg *classifier.Config) {
 			cfg.ModelDir = copyDir(t, base.ModelDir)
-			p := filepath.Join(cfg.ModelDir, "manifest.json")
-			var m map[string]any
-			b, _ := os.ReadFile(p)
-			require.NoError(t, json.Unmarshal(b, &m))
-			m["encoder"].(map[string]any)["pooling"] = "cls"
-			b, _ = json.Marshal(m)
-			require.NoError(t, os.WriteFile(p, b, 0o644))
-		}, []string{"encoder.pooling", "cls"}},
-		{"static table from another encoder", func(t *testing.T, cfg *Config) {
-			cfg.ModelDir = copyDir(t, base.ModelDir)
-			p := filepath.Join(cfg.ModelDir, "manifest.json")
-			var m map[string]any
-			b, _ := os.ReadFile(p)
-			require.NoError(t, json.Unmarshal(b, &m))
-			m["static"].(map[string]any)["distilled_from"].(map[string]any)["encoder_sha256"] = "0123abcd"
-			b, _ = json.Marshal(m)
-			require.NoError(t, os.WriteFile(p, b, 0o644))
-		}, []string{"static.distilled_from.encoder_sha256", "0123abcd", "re-run the notebook"}},
-		{"corrupt head", func(t *testing.T, cfg *Config) {
+			require.NoError(t, os.WriteFile(filepath.Join(cfg.ModelDir, "static_table.bin"), []byte("garbage"), 0o644))
+		}, []string{"static table", "static_table.bin", "sha256"}},
+		{"corrupt head", func(t *testing.T, cfg *classifier.Config) {
 			cfg.ModelDir = copyDir(t, base.ModelDir)
 			require.NoError(t, os.WriteFile(filepath.Join(cfg.ModelDir, "head.onnx"), []byte("garbage"), 0o644))
 		}, []string{"head", "head.onnx", "sha256"}},
-		{"missing encoder", func(t *testing.T, cfg *Config) { cfg.EncoderDir = t.TempDir() }, []string{"tokenizer", "scripts/setup.sh"}},
-		{"truncated encoder", func(t *testing.T, cfg *Config) {
+		{"missing encoder", func(t *testing.T, cfg *classifier.Config) { cfg.EncoderDir = t.TempDir() }, []string{"tokenizer", "scripts/setup.sh"}},
+		{"truncated encoder", func(t *testing.T, cfg *classifier.Config) {
 			dir := t.TempDir()
 			tok, _ := os.ReadFile(filepath.Join(base.EncoderDir, "tokenizer.json"))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "model.onnx"), []byte("onnx?"), 0o644))
 			cfg.EncoderDir = dir
 		}, []string{"encoder", "model.onnx", "sha256", "does not match"}},
-		{"encoder of another shape, unverified", func(t *testing.T, cfg *Config) {
+		{"encoder of another shape, unverified", func(t *testing.T, cfg *classifier.Config) {
 			// The head is a valid ONNX file with the wrong inputs for an encoder.
 			dir := t.TempDir()
 			tok, _ := os.ReadFile(filepath.Join(base.EncoderDir, "tokenizer.json"))
@@ -79,8 +64,8 @@ func TestLoadErrorsSayWhatAndWhere(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "model.onnx"), head, 0o644))
 			cfg.EncoderDir, cfg.VerifyEncoder = dir, false
 		}, []string{"encoder", "no input \"input_ids\""}},
-		{"other onnxruntime path after load", func(t *testing.T, cfg *Config) { cfg.ORTLibrary = "/opt/other/libonnxruntime.so" }, []string{"already loaded", "/opt/other"}},
-		{"invalid config", func(t *testing.T, cfg *Config) { cfg.IntraOpThreads = 0 }, []string{"classifier.intra_op_threads"}},
+		{"other onnxruntime path after load", func(t *testing.T, cfg *classifier.Config) { cfg.ORTLibrary = "/opt/other/libonnxruntime.so" }, []string{"already loaded", "/opt/other"}},
+		{"invalid config", func(t *testing.T, cfg *classifier.Config) { cfg.IntraOpThreads = 0 }, []string{"classifier.intra_op_threads"}},
 	}
 	// Load the real runtime first so the "already loaded" case is meaningful.
 	newTestClassifier(t, "")
@@ -101,18 +86,4 @@ func TestWrongRuntimeLibraryIsRefused(t *testing.T) {
 	require.Error(t, wrongLibErr)
 	require.Contains(t, wrongLibErr.Error(), "triage-not-onnxruntime.so")
 	require.Contains(t, wrongLibErr.Error(), "1.24")
-}
-
-func TestCheckFilesNamesTheSettingToChange(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ModelDir, cfg.EncoderDir, cfg.ORTLibrary = "no-such-models", "no-such-encoder", "no-such-lib.so"
-	err := cfg.CheckFiles("classifier")
-	require.Error(t, err)
-	for _, want := range []string{
-		"classifier.model_dir: no-such-models/manifest.json not found", "TRIAGE_CLASSIFIER_MODEL_DIR",
-		"classifier.encoder_dir: no-such-encoder/model.onnx not found", "TRIAGE_CLASSIFIER_ENCODER_DIR",
-		"classifier.onnxruntime_lib: no-such-lib.so not found", "TRIAGE_CLASSIFIER_ONNXRUNTIME_LIB",
-	} {
-		require.ErrorContains(t, err, want)
-	}
 }

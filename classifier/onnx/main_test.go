@@ -1,13 +1,15 @@
-package classifier
+package onnx
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/triage-gw/triage/classifier"
 )
 
 // repo is the repository root seen from this package's tests.
-const repo = ".."
+const repo = "../.."
 
 // wrongLibErr is what loading a library that is not ONNX Runtime gave, tried
 // before anything else because the runtime can be loaded once per process.
@@ -22,9 +24,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testConfig(t testing.TB, variant string) Config {
+func testConfig(t testing.TB, variant string) classifier.Config {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := classifier.DefaultConfig()
 	cfg.ModelDir = filepath.Join(repo, "models", variant)
 	enc := "all-minilm-l6-v2"
 	if variant == "int8" {

@@ -1,4 +1,4 @@
-package classifier
+package onnx
 
 import (
 	"context"
@@ -17,45 +17,24 @@ import (
 
 	"github.com/daulet/tokenizers"
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/triage-gw/triage/classifier"
 )
-
-// Input errors. Classify rejects the whole call when any text is invalid,
-// so the caller can answer 400 naming the text.
-var (
-	ErrEmptyText   = errors.New("text is empty")
-	ErrInvalidUTF8 = errors.New("text is not valid UTF-8")
-	ErrClosed      = errors.New("classifier is closed")
-	// ErrNoStatic: the loaded model has no static stage (its manifest has
-	// no "static" section, like the int8 variant's).
-	ErrNoStatic = errors.New("model has no static stage")
-	// ErrForeignTokens: the Tokens were made by a classifier with another
-	// tokenizer or truncation; tokenize the text again with this one.
-	ErrForeignTokens = errors.New("tokens come from another tokenizer")
-)
-
-// TextError says which text of a Classify call was rejected.
-type TextError struct {
-	Index int
-	Err   error
-}
-
-func (e *TextError) Error() string { return fmt.Sprintf("texts[%d]: %v", e.Index, e.Err) }
-func (e *TextError) Unwrap() error { return e.Err }
 
 // Classifier turns texts into P(slow). It is safe for concurrent use: the
 // tokenizer and both ONNX sessions are shared read-only, the static table is
 // immutable; Close waits for running calls to finish.
 type Classifier struct {
-	manifest *Manifest
-	cfg      Config
+	manifest *classifier.Manifest
+	cfg      classifier.Config
 	tok      *tokenizers.Tokenizer
 	encoder  *ort.DynamicAdvancedSession
 	head     *ort.DynamicAdvancedSession
-	static   *static // nil when the manifest has no static stage
+	static   *classifier.Static // nil when the manifest has no static stage
 	sepID    uint32
 	featDim  int
 	hasCtx   bool
-	version  string // content-derived, see contentVersion
+	version  string // content-derived, see Manifest.ContentVersion
 	// tokID names the tokenizer and truncation that made a Tokens value:
 	// ids are interchangeable between classifiers with equal tokID.
 	tokID string
@@ -69,18 +48,18 @@ type Classifier struct {
 // New loads the manifest from cfg.ModelDir, then the tokenizer and encoder
 // from cfg.EncoderDir and the head, checking files and tensor shapes. Every
 // failure names the file and what was wrong.
-func New(cfg Config) (*Classifier, error) {
+func New(cfg classifier.Config) (*Classifier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := LoadManifest(cfg.ModelDir)
+	m, err := classifier.LoadManifest(cfg.ModelDir)
 	if err != nil {
 		return nil, err
 	}
 	if err := initRuntime(cfg.ORTLibrary); err != nil {
 		return nil, err
 	}
-	c := &Classifier{manifest: m, cfg: cfg, featDim: m.featureDim(), hasCtx: slices.Contains(m.Head.Features, featureHasContext)}
+	c := &Classifier{manifest: m, cfg: cfg, featDim: m.FeatureDim(), hasCtx: slices.Contains(m.Head.Features, classifier.FeatureHasContext)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -97,17 +76,17 @@ func New(cfg Config) (*Classifier, error) {
 		return nil, err
 	}
 	if m.Static != nil {
-		s, shas, err := loadStatic(cfg.ModelDir, m)
+		s, shas, err := classifier.LoadStatic(cfg.ModelDir, m)
 		if err != nil {
 			return nil, err
 		}
-		if s.vocab != int(c.tok.VocabSize()) {
-			return nil, fmt.Errorf("static table: %d rows, the tokenizer has %d word pieces", s.vocab, c.tok.VocabSize())
+		if s.Vocab() != int(c.tok.VocabSize()) {
+			return nil, fmt.Errorf("static table: %d rows, the tokenizer has %d word pieces", s.Vocab(), c.tok.VocabSize())
 		}
 		c.static = s
 		c.shas = append(c.shas, shas...)
 	}
-	c.version = contentVersion(m, c.shas)
+	c.version = m.ContentVersion(c.shas)
 	c.shas = nil
 	ok = true
 	return c, nil
@@ -261,7 +240,7 @@ func (c *Classifier) loadHead() error {
 
 // Version names the loaded model by content: the manifest's version, "+",
 // then 12 hex digits of a sha256 over manifest.json and every artifact as
-// read (encoder, tokenizer, head, static table and head; the band is in the
+// read (tokenizer, encoder, head, static table and head; the band is in the
 // manifest). Any change to any of them changes it, so it can key cached
 // results. Two classifiers loaded from identical files have equal versions.
 func (c *Classifier) Version() string { return c.version }
@@ -272,18 +251,18 @@ func (c *Classifier) Version() string { return c.version }
 func (c *Classifier) LabelThreshold() float64 { return c.manifest.LabelThreshold }
 
 // Manifest returns the loaded manifest (read-only).
-func (c *Classifier) Manifest() *Manifest { return c.manifest }
+func (c *Classifier) Manifest() *classifier.Manifest { return c.manifest }
 
 // Classify returns one Result per text, in order. Texts longer than the
 // encoder's max_tokens word pieces are truncated on the right, as in
 // training. Texts are grouped by token count so a long text does not pad
 // a batch of short ones; each group is one encoder call, and the head runs
 // once for the whole call.
-func (c *Classifier) Classify(ctx context.Context, texts []string) ([]Result, error) {
+func (c *Classifier) Classify(ctx context.Context, texts []string) ([]classifier.Result, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
-		return nil, ErrClosed
+		return nil, classifier.ErrClosed
 	}
 	if len(texts) == 0 {
 		return nil, nil
@@ -292,7 +271,7 @@ func (c *Classifier) Classify(ctx context.Context, texts []string) ([]Result, er
 	for i, t := range texts {
 		var err error
 		if ids[i], err = c.encode(t); err != nil {
-			return nil, &TextError{Index: i, Err: err}
+			return nil, &classifier.TextError{Index: i, Err: err}
 		}
 	}
 	return c.classifyIDs(ctx, ids)
@@ -301,13 +280,13 @@ func (c *Classifier) Classify(ctx context.Context, texts []string) ([]Result, er
 // encode validates and tokenizes one text. The caller holds c.mu.
 func (c *Classifier) encode(t string) ([]uint32, error) {
 	if !utf8.ValidString(t) {
-		return nil, ErrInvalidUTF8
+		return nil, classifier.ErrInvalidUTF8
 	}
 	// C strings end at NUL; BERT's normaliser drops NUL anyway, so
 	// removing it keeps Go and Python identical.
 	t = strings.ReplaceAll(t, "\x00", "")
 	if strings.TrimSpace(t) == "" {
-		return nil, ErrEmptyText
+		return nil, classifier.ErrEmptyText
 	}
 	// EncodeWithOptions with no options returns the ids alone (Encode also
 	// copies every token's string). v1.22 has no ...Err variant: an empty
@@ -321,7 +300,7 @@ func (c *Classifier) encode(t string) ([]uint32, error) {
 
 // classifyIDs runs the encoder and head on tokenized texts. The caller
 // holds c.mu.
-func (c *Classifier) classifyIDs(ctx context.Context, ids [][]uint32) ([]Result, error) {
+func (c *Classifier) classifyIDs(ctx context.Context, ids [][]uint32) ([]classifier.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -346,11 +325,11 @@ func (c *Classifier) classifyIDs(ctx context.Context, ids [][]uint32) ([]Result,
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Result, len(ids))
+	out := make([]classifier.Result, len(ids))
 	for i := range out {
-		out[i] = Result{PSlow: p[i], Tokens: lens[i]}
+		out[i] = classifier.Result{PSlow: p[i], Tokens: lens[i]}
 		if float64(p[i]) > c.manifest.LabelThreshold {
-			out[i].Label = SlowLabel
+			out[i].Label = classifier.SlowLabel
 		}
 	}
 	return out, nil
@@ -397,25 +376,10 @@ func (c *Classifier) encodeGroup(g group, ids [][]uint32, feats []float32, dim i
 		f := feats[k*c.featDim : (k+1)*c.featDim]
 		meanPoolL2(f[:dim], h[r*L*dim:(r+1)*L*dim], len(ids[k]), dim)
 		if c.hasCtx {
-			f[dim] = hasContext(ids[k], c.sepID)
+			f[dim] = classifier.HasContext(ids[k], c.sepID)
 		}
 	}
 	return nil
-}
-
-// hasContext is 1 when the tokens hold the instruction/context separator,
-// i.e. more [SEP] tokens than the final one.
-func hasContext(ids []uint32, sep uint32) float32 {
-	n := 0
-	for _, id := range ids {
-		if id == sep {
-			n++
-		}
-	}
-	if n > 1 {
-		return 1
-	}
-	return 0
 }
 
 func (c *Classifier) runHead(feats []float32, n int) ([]float32, error) {

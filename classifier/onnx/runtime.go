@@ -1,4 +1,4 @@
-package classifier
+package onnx
 
 import (
 	"fmt"

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/classifier/onnx"
+	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/router"
+)
+
+// countingModel is the real classifier, counting the calls the router makes.
+type countingModel struct {
+	*onnx.Classifier
+	tokenize, static, classify, classifyTokens atomic.Int64
+}
+
+func (m *countingModel) Tokenize(text string) (classifier.Tokens, error) {
+	m.tokenize.Add(1)
+	return m.Classifier.Tokenize(text)
+}
+
+func (m *countingModel) StaticScore(t classifier.Tokens) (classifier.Result, error) {
+	m.static.Add(1)
+	return m.Classifier.StaticScore(t)
+}
+
+func (m *countingModel) Classify(ctx context.Context, texts []string) ([]classifier.Result, error) {
+	m.classify.Add(int64(len(texts)))
+	return m.Classifier.Classify(ctx, texts)
+}
+
+func (m *countingModel) ClassifyTokens(ctx context.Context, toks []classifier.Tokens) ([]classifier.Result, error) {
+	m.classifyTokens.Add(int64(len(toks)))
+	return m.Classifier.ClassifyTokens(ctx, toks)
+}
+
+var _ router.Staged = (*countingModel)(nil)
+
+// parityTexts returns one text the first stage decides and one it defers, from the
+// notebook's parity file, with their expected P(slow) per stage.
+func parityTexts(t *testing.T, band classifier.Band) (decided, deferred struct {
+	text           string
+	pStatic, pSlow float64
+}) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "models", "parity.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var r struct {
+			Category, Text string
+			PSlow          float64 `json:"p_slow"`
+			PStatic        float64 `json:"p_static"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		if r.Category == "edge" || r.Text != router.Input(r.Text, "") {
+			continue
+		}
+		if band.Decides(float32(r.PStatic)) && decided.text == "" {
+			decided.text, decided.pStatic, decided.pSlow = r.Text, r.PStatic, r.PSlow
+		}
+		if !band.Decides(float32(r.PStatic)) && deferred.text == "" {
+			deferred.text, deferred.pStatic, deferred.pSlow = r.Text, r.PStatic, r.PSlow
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.NotEmpty(t, decided.text)
+	require.NotEmpty(t, deferred.text)
+	return decided, deferred
+}
+
+// TestCascadeWithTheRealModel runs the router's cascade on the real classifier: a text
+// outside the shipped band is decided by the first stage with the notebook's static
+// P(slow) and no encoder call; one inside goes to the encoder with the tokens the first
+// stage made (tokenized once, never classified from its text again) and gets the notebook's
+// encoder P(slow); hits keep their stage. router's own cascade tests cover the same rules
+// on a fake model without the runtime.
+func TestCascadeWithTheRealModel(t *testing.T) {
+	c, err := onnx.New(testClassifierConfig(classifier.DefaultConfig()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() }) // the router closes it; this covers a failure before
+	m := &countingModel{Classifier: c}
+	band, ok := m.Band()
+	require.True(t, ok, "the shipped model has a first stage")
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	loaded := false
+	_, rt := startGatewayWith(t, cfg, func() (router.Model, error) {
+		require.False(t, loaded, "loaded once")
+		loaded = true
+		return m, nil
+	})
+	decided, deferred := parityTexts(t, band)
+	ctx := context.Background()
+
+	r, err := rt.Preview(ctx, decided.text)
+	require.NoError(t, err)
+	require.Equal(t, classifier.StageStatic, r.Stage)
+	require.InDelta(t, decided.pStatic, r.PSlow, 1e-5)
+	require.Positive(t, r.Static)
+	require.Zero(t, r.Inference)
+	require.EqualValues(t, 1, m.classify.Load(), "only the startup probe ran the encoder")
+	require.Zero(t, m.classifyTokens.Load())
+
+	r, err = rt.Preview(ctx, deferred.text)
+	require.NoError(t, err)
+	require.Equal(t, classifier.StageEncoder, r.Stage)
+	require.InDelta(t, deferred.pSlow, r.PSlow, 1e-5)
+	require.EqualValues(t, 2, m.tokenize.Load(), "each text tokenized once")
+	require.EqualValues(t, 1, m.classifyTokens.Load(), "the encoder got the first stage's tokens")
+	require.EqualValues(t, 1, m.classify.Load(), "and never the text again")
+
+	rt.WaitCache()
+	for _, tc := range []struct {
+		text  string
+		stage classifier.Stage
+	}{{decided.text, classifier.StageStatic}, {deferred.text, classifier.StageEncoder}} {
+		r, err := rt.Preview(ctx, tc.text)
+		require.NoError(t, err)
+		require.True(t, r.Hit)
+		require.Equal(t, tc.stage, r.Stage, "a hit reports the stage that made the result")
+	}
+	require.EqualValues(t, 2, m.tokenize.Load(), "hits do not tokenize")
+}
