@@ -291,6 +291,11 @@ func (t *tokenCounter) endData() {
 		return
 	}
 	if u, full, output := parseUsage(t.buf); output {
+		if !full && t.full {
+			// Anthropic streams give the prompt's count in message_start and the output's
+			// in message_delta: the later, output-only report completes the earlier one.
+			u.PromptTokens, full = t.usage.PromptTokens, true
+		}
 		t.usage, t.full, t.output = u, full, output
 	}
 }

@@ -58,6 +58,11 @@ type PoolConfig struct {
 	// streams are then counted in triage_upstream_unmetered_total. Default
 	// true.
 	AskStreamUsage bool `yaml:"ask_stream_usage" json:"ask_stream_usage"`
+	// APIs are the request shapes the replicas speak natively (see KnownAPIs): a Messages
+	// request to a pool without "messages" is translated to a chat completion, a Responses
+	// request to one without "responses" is refused. Must include "chat". Default all four,
+	// what vLLM serves.
+	APIs []string `yaml:"apis" json:"apis"`
 }
 
 // ReplicaConfig describes one upstream server.
@@ -154,6 +159,7 @@ func DefaultPoolConfig() PoolConfig {
 		},
 		ScrapeInterval: Duration(2 * time.Second),
 		AskStreamUsage: true,
+		APIs:           DefaultAPIs(),
 		Timeouts: TimeoutsConfig{
 			Connect:    Duration(2 * time.Second),
 			FirstByte:  Duration(20 * time.Second),
@@ -256,6 +262,7 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	if c.MaxInFlightPerReplica < 0 {
 		bad("max_in_flight_per_replica", "must be >= 0 (0 means unlimited), got %d", c.MaxInFlightPerReplica)
 	}
+	validateAPIs(c.APIs, bad)
 	if c.Prices != nil {
 		errs = append(errs, c.Prices.ValidateAt(path+".prices"))
 	}
