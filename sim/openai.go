@@ -15,6 +15,8 @@ type endpoint int
 const (
 	chatEndpoint       endpoint = iota // POST /v1/chat/completions
 	completionEndpoint                 // POST /v1/completions
+	messagesEndpoint                   // POST /v1/messages (Anthropic)
+	responsesEndpoint                  // POST /v1/responses (OpenAI Responses)
 )
 
 // genRequest is what the simulator needs from a parsed request.
@@ -24,7 +26,10 @@ type genRequest struct {
 	prompt       string // rendered chat messages, or the completion prompt
 	stream       bool
 	includeUsage bool
-	maxTokens    int // 0: not set by the request
+	maxTokens    int    // 0: not set by the request
+	tool         string // Messages: answer with a call of this tool instead of text
+	store        bool   // Responses: keep the response for previous_response_id and GET
+	previous     string // Responses: the previous_response_id continued
 }
 
 // apiError is an answer in the OpenAI error shape.

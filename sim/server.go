@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,11 +41,12 @@ type Server struct {
 	log          *slog.Logger
 	drainTimeout time.Duration
 
-	sched   *scheduler
-	cache   *prefixCache
-	metrics *metrics
-	promh   http.Handler
-	created int64 // unix seconds, for /v1/models
+	sched     *scheduler
+	responses *responseStore
+	cache     *prefixCache
+	metrics   *metrics
+	promh     http.Handler
+	created   int64 // unix seconds, for /v1/models
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -85,6 +87,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log:          slog.New(slog.DiscardHandler),
 		drainTimeout: 5 * time.Second,
 		sched:        newScheduler(cfg.MaxRunning, cfg.MaxWaiting),
+		responses:    newResponseStore(),
 		cache:        newPrefixCache(cfg.KVCacheBlocks),
 		rng:          rand.New(rand.NewPCG(cfg.Seed, 0x6d6f636b6c6c6d)),
 	}
@@ -158,6 +161,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		method, handle = http.MethodPost, s.handleChat
 	case "/v1/completions":
 		method, handle = http.MethodPost, s.handleCompletion
+	case "/v1/messages":
+		method, handle = http.MethodPost, s.handleMessages
+	case "/v1/messages/count_tokens":
+		method, handle = http.MethodPost, s.handleCountTokens
+	case "/v1/responses":
+		method, handle = http.MethodPost, s.handleResponses
 	case "/v1/models":
 		method, handle = http.MethodGet, s.handleModels
 	case "/health":
@@ -165,6 +174,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/metrics":
 		method, handle = http.MethodGet, s.promh.ServeHTTP
 	default:
+		if strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+			s.handleResponseByID(w, r)
+			return
+		}
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error",
 			message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 		return
