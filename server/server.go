@@ -58,8 +58,10 @@ type Server struct {
 
 	router *router.Router
 	auth   *keyAuth // nil without auth.keys_file
-	fast   *upstream.Pool
-	slow   *upstream.Pool
+	// responses remembers the replica of each stored OpenAI Responses id.
+	responses responseTable
+	fast      *upstream.Pool
+	slow      *upstream.Pool
 
 	// base parents every upstream request; cancelled when the drain bound has passed, to cut
 	// what is still running.
@@ -106,6 +108,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
+	rm, err := newResponseMetrics(s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.responses = newLocalResponses(cfg.Server.ResponseAffinityEntries, cfg.Server.ResponseAffinityTTL, nil, rm)
 	if cfg.Auth.KeysFile != "" {
 		if s.auth, err = newKeyAuth(cfg.Auth.KeysFile, cfg.Auth.ReloadInterval, s.log, s.reg); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
