@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -398,3 +399,49 @@ func TestMessagesAcceptXAPIKey(t *testing.T) {
 }
 
 var _ = upstream.APIChat
+
+// TestMessagesTranslatedStreamToolCallAndBreak: a chat-only replica's streamed tool call
+// reaches the client as a tool_use block with its arguments in input_json_delta pieces; a
+// chat stream that breaks off ends with an Anthropic error event.
+func TestMessagesTranslatedStreamToolCallAndBreak(t *testing.T) {
+	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat"} })
+	var broken atomic.Bool
+	ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []string{
+			`{"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_9","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}`,
+			`{"id":"c","model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}`,
+			`{"id":"c","model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Oslo\"}"}}]},"finish_reason":"tool_calls"}]}`,
+		} {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+			w.(http.Flusher).Flush()
+		}
+		if broken.Load() {
+			panic(http.ErrAbortHandler) // the replica dies mid-stream
+		}
+		io.WriteString(w, "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n")
+	}
+	body := `{"max_tokens":9,"stream":true,"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"Weather? p=0.1"}]}`
+	resp, b := postJSON(t, ts.url+"/v1/messages", body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.True(t, ts.fast.requests()[0].body["stream_options"].(map[string]any)["include_usage"].(bool), "asked for usage")
+	names, data := sseNames(t, b)
+	require.Equal(t, []string{"message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
+		"content_block_stop", "message_delta", "message_stop"}, names)
+	require.Equal(t, map[string]any{"type": "tool_use", "id": "call_9", "name": "get_weather", "input": map[string]any{}}, data[2]["content_block"])
+	var args strings.Builder
+	for _, d := range data[3:5] {
+		args.WriteString(d["delta"].(map[string]any)["partial_json"].(string))
+	}
+	require.JSONEq(t, `{"city":"Oslo"}`, args.String())
+	require.Equal(t, "tool_use", data[6]["delta"].(map[string]any)["stop_reason"])
+	require.EqualValues(t, 7, data[6]["usage"].(map[string]any)["input_tokens"])
+
+	broken.Store(true)
+	resp, b = postJSON(t, ts.url+"/v1/messages", body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	names, data = sseNames(t, b)
+	require.Equal(t, "error", names[len(names)-1], "%s", b)
+	require.Equal(t, "api_error", data[len(data)-1]["error"].(map[string]any)["type"])
+	require.NotContains(t, names, "message_stop")
+}
