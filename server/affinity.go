@@ -2,6 +2,7 @@ package server
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"time"
 
@@ -20,18 +21,21 @@ type responseHome struct {
 // gateway and the client is told so (404 naming the id).
 type responseTable interface {
 	// Get returns id's home and refreshes its age.
-	Get(id string) (responseHome, bool)
+	Get(ctx context.Context, id string) (responseHome, bool)
 	// Put records id's home; it may evict another entry.
 	Put(id string, home responseHome)
 	// Delete forgets id.
 	Delete(id string)
 }
 
-var _ responseTable = (*localResponses)(nil)
+var (
+	_ responseTable = (*localResponses)(nil)
+	_ responseTable = (*tieredResponses)(nil)
+)
 
 // localResponses is the table of one gateway: an LRU capped at max entries whose entries
-// also expire ttl after their last use. In fleet mode each gateway has its own, so a
-// continuation must reach the gateway that saw the response (see docs/http-api.md).
+// also expire ttl after their last use. In fleet mode it is the first tier of
+// tieredResponses.
 //
 // Concurrency: every method takes mu; nothing blocks under it.
 type localResponses struct {
@@ -61,7 +65,7 @@ func newLocalResponses(max int, ttl time.Duration, now func() time.Time, m *resp
 		byID: make(map[string]*list.Element), order: list.New()}
 }
 
-func (t *localResponses) Get(id string) (responseHome, bool) {
+func (t *localResponses) Get(_ context.Context, id string) (responseHome, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.byID[id]
@@ -143,4 +147,43 @@ func newResponseMetrics(reg prometheus.Registerer) (*responseMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// SharedResponses is the fleet-wide tier of the Responses table (fleet.Responses): what one
+// gateway records, the others find. It is lossy: Get may miss, Set and Delete may drop.
+type SharedResponses interface {
+	Get(ctx context.Context, id string) (pool, replica string, ok bool)
+	Set(id, pool, replica string, ttl time.Duration)
+	Delete(id string)
+}
+
+// tieredResponses is the table in fleet mode: the gateway's own table first, the fleet's on
+// a miss (a hit there is kept locally too); records and deletions go to both.
+type tieredResponses struct {
+	local  *localResponses
+	shared SharedResponses
+	ttl    time.Duration
+}
+
+func (t *tieredResponses) Get(ctx context.Context, id string) (responseHome, bool) {
+	if h, ok := t.local.Get(ctx, id); ok {
+		return h, true
+	}
+	pool, replica, ok := t.shared.Get(ctx, id)
+	if !ok {
+		return responseHome{}, false
+	}
+	h := responseHome{Pool: pool, Replica: replica}
+	t.local.Put(id, h)
+	return h, true
+}
+
+func (t *tieredResponses) Put(id string, home responseHome) {
+	t.local.Put(id, home)
+	t.shared.Set(id, home.Pool, home.Replica, t.ttl)
+}
+
+func (t *tieredResponses) Delete(id string) {
+	t.local.Delete(id)
+	t.shared.Delete(id)
 }

@@ -445,3 +445,38 @@ func TestMessagesTranslatedStreamToolCallAndBreak(t *testing.T) {
 	require.Equal(t, "api_error", data[len(data)-1]["error"].(map[string]any)["type"])
 	require.NotContains(t, names, "message_stop")
 }
+
+// TestResponsesChainAcrossGateways: in fleet mode the turns of one conversation may reach
+// different gateways; through the shared table each finds the replica holding the state.
+func TestResponsesChainAcrossGateways(t *testing.T) {
+	fast := []string{simUpstream(t, "sim-fast-0", "mock-fast"), simUpstream(t, "sim-fast-1", "mock-fast")}
+	slow := []string{simUpstream(t, "sim-slow", "mock-slow")}
+	shared := &mapShared{m: map[string]responseHome{}}
+	var urls []string
+	for range 2 {
+		cfg := testConfig(fast, slow)
+		cfg.Pools.Fast.Policy.Name = "round-robin"
+		model := newFakeModel("v1")
+		_, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return model, nil }, shared: shared})
+		urls = append(urls, url)
+	}
+	resp, b := postJSON(t, urls[0]+"/v1/responses", `{"input":"hello p=0.1","max_output_tokens":2}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	home := resp.Header.Get(HeaderReplica)
+	id := jsonField(t, b, "id")
+	for turn := range 3 {
+		resp, b = postJSON(t, urls[(turn+1)%2]+"/v1/responses", `{"input":"more","max_output_tokens":2,"previous_response_id":"`+id+`"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "turn %d: %s", turn+2, b)
+		require.Equal(t, home, resp.Header.Get(HeaderReplica), "turn %d", turn+2)
+		id = jsonField(t, b, "id")
+	}
+}
+
+func jsonField(t *testing.T, b []byte, field string) string {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	s, _ := m[field].(string)
+	require.NotEmpty(t, s, "%s in %s", field, b)
+	return s
+}

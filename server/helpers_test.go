@@ -228,6 +228,7 @@ type testServer struct {
 type testOptions struct {
 	load     router.Loader
 	backends []Backend
+	shared   SharedResponses
 }
 
 type serverOption func(*config.Config, *testOptions)
@@ -264,7 +265,7 @@ func build(cfg config.Config, o testOptions, ln net.Listener) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(cfg, Options{Router: rt, Logger: log, Registry: reg, Listener: ln, Backends: o.backends})
+	return New(cfg, Options{Router: rt, Logger: log, Registry: reg, Listener: ln, Backends: o.backends, SharedResponses: o.shared})
 }
 
 // run starts cfg on a fresh 127.0.0.1:0 listener.

@@ -75,7 +75,7 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 	var home responseHome
 	if in.previous != "" {
 		var ok bool
-		if home, ok = s.responses.Get(in.previous); !ok || s.poolNamed(home.Pool) == nil {
+		if home, ok = s.responses.Get(c.UserContext(), in.previous); !ok || s.poolNamed(home.Pool) == nil {
 			return responseNotFound(in.previous, "previous_response_id")
 		}
 	}
@@ -205,7 +205,7 @@ func (s *Server) handleResponseByID(c *fiber.Ctx, _ *request) error {
 		return badRequest("invalid_value", "response_id", "response id: must be a non-empty path segment")
 	}
 	id = strings.Clone(id)
-	home, ok := s.responses.Get(id)
+	home, ok := s.responses.Get(c.UserContext(), id)
 	pool := s.poolNamed(home.Pool)
 	if !ok || pool == nil {
 		return responseNotFound(id, "response_id")
