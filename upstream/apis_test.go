@@ -39,10 +39,29 @@ func TestAnthropicStreamUsageIsMerged(t *testing.T) {
 	var tc tokenCounter
 	tc.init("text/event-stream")
 	tc.feed([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n" +
+		"event: ping\ndata: {\"type\":\"ping\"}\n\n"))
+	require.Zero(t, tc.events, "no token yet: the first token (TTFT) is still to come")
+	tc.feed([]byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n" +
 		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":6}}\n\n"))
+	require.Equal(t, 1, tc.events)
 	u, ok := tc.reported()
 	require.True(t, ok)
 	require.Equal(t, Usage{PromptTokens: 9, CompletionTokens: 6}, u)
+}
+
+func TestTokenEvents(t *testing.T) {
+	for data, want := range map[string]bool{
+		`{"id":"c","choices":[{"delta":{"content":"a"}}]}`:                                              true,
+		`{"id":"c","choices":[{"delta":{"tool_calls":[{"type":"function","function":{"name":"f"}}]}}]}`: true,
+		`{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}}`:                       true,
+		`{"type":"response.output_text.delta","delta":"a"}`:                                             true,
+		`{"type":"message_start","message":{}}`:                                                         false,
+		`{"type":"ping"}`:                                                                               false,
+		`{"type":"response.created","response":{}}`:                                                     false,
+		`{"type":"response.completed","response":{}}`:                                                   false,
+	} {
+		require.Equal(t, want, tokenEvent([]byte(data)), data)
+	}
 }
 
 func TestValidateAPIs(t *testing.T) {
