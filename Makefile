@@ -61,7 +61,7 @@ test-go: setup-prom setup-redis build
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
-# target after the other (13 targets: about 5.5 minutes at 20s, builds included; internal/archtest
+# target after the other (15 targets: about 6 minutes at 20s, builds included; internal/archtest
 # checks that this list names every Fuzz function in the tree). Each target's
 # seeds (and any crasher committed under <package>/testdata/fuzz/) also run in every plain
 # `go test`. New coverage is minimized for at most 2s so the time goes to fuzzing. A crasher
@@ -72,7 +72,8 @@ FUZZ_TARGETS := \
 	server:FuzzDecodeQueryProcess server:FuzzDecodeClassify server:FuzzDecodeChat server:FuzzDecodeCompletion \
 	server:FuzzDecodeMessages server:FuzzDecodeResponses \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
-	upstream:FuzzCheckHeader config:FuzzConfigYAML fleet:FuzzWireDecode
+	upstream:FuzzCheckHeader config:FuzzConfigYAML fleet:FuzzWireDecode \
+	translate:FuzzStream translate:FuzzChatToMessage
 
 ## fuzz every Fuzz target for FUZZTIME (20s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup

@@ -307,7 +307,7 @@ func usageOf(u *cUsage) Usage {
 	}
 	cached := 0
 	if u.PromptTokensDetails != nil {
-		cached = min(max(u.PromptTokensDetails.CachedTokens, 0), u.PromptTokens)
+		cached = max(0, min(u.PromptTokensDetails.CachedTokens, u.PromptTokens))
 	}
 	return Usage{InputTokens: u.PromptTokens - cached, OutputTokens: u.CompletionTokens, CacheReadInputTokens: cached}
 }
