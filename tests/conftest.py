@@ -65,8 +65,9 @@ class Mock:
 
 
 class Gateway:
-    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None, prices=None):
-        """prices: {"fast": (input, output), "slow": (...)} per million tokens; None for none."""
+    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None, prices=None, apis=None):
+        """prices: {"fast": (input, output), "slow": (...)} per million tokens; None for none.
+        apis: {"fast": ["chat", ...]}: the APIs a pool's replicas are said to speak; None for all."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tempfile.NamedTemporaryFile("w", prefix="triage-", suffix=".yaml", delete=False)
@@ -78,6 +79,8 @@ class Gateway:
                       "    passive_ejection:", "      consecutive_failures: 1", f"      cooldown: {cooldown}"]
             if first_byte:
                 lines += ["    timeouts:", f"      first_byte: {first_byte}"]
+            if apis and name in apis:
+                lines += [f"    apis: [{', '.join(apis[name])}]"]
             if prices and name in prices:
                 i, o = prices[name]
                 lines += [f"    prices: {{input_per_million: {i}, output_per_million: {o}}}"]

@@ -17,7 +17,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from conftest import BIN, REPO, free_port, wait_http
+from conftest import BIN, REPO, Gateway, Mock, free_port, wait_http
 from test_openai_gateway import FAST_PROMPT, expected_text
 
 
@@ -182,3 +182,45 @@ def test_responses_chain_stays_on_its_replica(oai):
     assert e.value.body["code"] == "response_not_found"
     with pytest.raises(openai.NotFoundError):
         oai.responses.create(model="auto", input="more", previous_response_id="resp_never_seen")
+
+
+@pytest.fixture(scope="module")
+def chat_only():
+    """A gateway whose pools are said to speak chat and completions only: Messages requests are
+    translated to chat completions and back."""
+    mocks = [Mock("co-fast-0", "fast"), Mock("co-slow-0", "slow", "--decode-per-token", "2ms", "--jitter", "0")]
+    gw = Gateway(mocks[:1], mocks[1:], apis={"fast": ["chat", "completions"], "slow": ["chat", "completions"]})
+    yield gw
+    gw.stop()
+    for m in mocks:
+        m.kill()
+
+
+def test_messages_translated_for_a_chat_only_pool(chat_only):
+    claude = anthropic.Anthropic(base_url=chat_only.url, api_key="unused", max_retries=0, timeout=30)
+    messages = [{"role": "user", "content": FAST_PROMPT}]
+    # The chat prompt the replica sees renders the system prompt and turns as the Messages one would.
+    prompt = f"system: {SYSTEM}\nuser: {FAST_PROMPT}\n"
+    raw = claude.messages.with_raw_response.create(model="auto", max_tokens=5, system=SYSTEM, messages=messages)
+    assert raw.headers["x-router-translated"] == "chat"
+    msg = raw.parse()
+    assert msg.type == "message" and msg.id.startswith("msg_")
+    assert msg.content[0].text == expected_text(prompt, 5)
+    assert msg.stop_reason == "max_tokens"
+    assert msg.usage.output_tokens == 5
+    assert msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0) == tokens(prompt)
+
+    with claude.messages.stream(model="auto", max_tokens=4, system=SYSTEM, messages=messages) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == expected_text(prompt, 4)
+    assert final.stop_reason == "max_tokens"
+    assert final.usage.output_tokens == 4
+
+    n = claude.messages.count_tokens(model="auto", messages=messages)
+    assert n.input_tokens > 0  # estimated: a chat-only pool cannot count
+
+    with pytest.raises(openai.BadRequestError) as e:
+        openai.OpenAI(base_url=chat_only.url + "/v1", api_key="unused", max_retries=0).responses.create(
+            model="auto", input=FAST_PROMPT)
+    assert e.value.body["code"] == "api_not_supported"
