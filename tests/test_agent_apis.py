@@ -28,12 +28,12 @@ def tokens(text):
 
 @pytest.fixture(scope="module")
 def gateway():
-    """The gateway with no configuration: two simulated fast and two slow replicas that speak
-    every API natively."""
+    """The gateway with its built-in simulated pools (--simulate): two fast and two slow
+    replicas that speak every API natively."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="triage-agent-", suffix=".log", delete=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}
-    proc = subprocess.Popen([str(BIN / "triage"), "--listen", f"127.0.0.1:{port}"],
+    proc = subprocess.Popen([str(BIN / "triage"), "--simulate", "--listen", f"127.0.0.1:{port}"],
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
