@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -64,10 +63,4 @@ func messagesErrorEvent(ae *apiError) []byte {
 	out = append(out, "event: error\ndata: "...)
 	out = append(out, b...)
 	return append(out, "\n\n"...)
-}
-
-// errorJSON is ae's OpenAI-shaped body.
-func errorJSON(ae *apiError) []byte {
-	b, _ := json.Marshal(ae.body())
-	return b
 }
