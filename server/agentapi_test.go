@@ -480,3 +480,13 @@ func jsonField(t *testing.T, b []byte, field string) string {
 	require.NotEmpty(t, s, "%s in %s", field, b)
 	return s
 }
+
+func TestDecodeResponsesContinuationNeedsNoText(t *testing.T) {
+	body := `{"input":[{"type":"function_call_output","call_id":"c","output":""}]%s}`
+	_, err := decodeResponses([]byte(fmt.Sprintf(body, "")), fuzzLimits)
+	requireBadRequest(t, err)
+	p, err := decodeResponses([]byte(fmt.Sprintf(body, `,"previous_response_id":"resp_1"`)), fuzzLimits)
+	require.NoError(t, err, "an agent's empty tool output continues its conversation")
+	require.Equal(t, "resp_1", p.previous)
+	require.Equal(t, "tool: \n", p.prompt)
+}

@@ -404,8 +404,9 @@ type responsesInput struct {
 	store    bool   // store (default true): the replica keeps the response
 }
 
-// decodeResponses reads and checks a Responses request. The text classified is the last
-// user input: the string input, or the last user message item's text parts (the first the
+// decodeResponses reads and checks a Responses request. A continuation (previous_response_id)
+// is pinned, not classified, so it may carry no text; otherwise the text classified is the
+// last user input: the string input, or the last user message item's text parts (the first the
 // instruction, the rest its context); an input that ends with a function call's output and
 // has no user message is classified by that output. instructions are never the instruction.
 func decodeResponses(body []byte, lim limits) (responsesInput, error) {
@@ -501,13 +502,16 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 	default:
 		return p, badRequest("invalid_type", "input", "input: must be a string or an array of input items, got %s", jsonKind(f.Input))
 	}
+	p.prompt = rendered.String()
+	if len(parts) == 0 && p.previous != "" {
+		return p, nil // a continuation is not classified: an agent may send an empty tool output
+	}
 	if len(parts) == 0 {
 		return p, badRequest("no_user_message", "input", "input: no user message with text to classify")
 	}
 	if p.text, err = newTextInput(parts[0], strings.Join(parts[1:], "\n"), param, lim); err != nil {
 		return p, err
 	}
-	p.prompt = rendered.String()
 	return p, nil
 }
 

@@ -234,6 +234,9 @@ func FuzzDecodeResponses(f *testing.F) {
 			requireBadRequest(t, err)
 			return
 		}
+		if p.previous != "" && p.text.input == "" {
+			return // a continuation without text: pinned, never classified
+		}
 		requireValidInput(t, p.text)
 	})
 }
