@@ -490,3 +490,41 @@ func TestDecodeResponsesContinuationNeedsNoText(t *testing.T) {
 	require.Equal(t, "resp_1", p.previous)
 	require.Equal(t, "tool: \n", p.prompt)
 }
+
+// TestMessagesToolUseTranslatedRoundTrip: the tool loop through a chat-only sim pool, whole
+// and streamed: the chat replica's tool call comes back as tool_use, and the tool_result turn
+// goes to it as a tool message.
+func TestMessagesToolUseTranslatedRoundTrip(t *testing.T) {
+	url, _, _ := simServer(t, 1, func(c *config.Config) { c.Pools.Fast.APIs = []string{"chat"} })
+	tools := `"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]`
+	first := `{"max_tokens":3,` + tools + `,"messages":[{"role":"user","content":"Weather in Oslo? p=0.1"}]}`
+	resp, b := postJSON(t, url+"/v1/messages", first)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, "chat", resp.Header.Get(HeaderTranslated))
+	var m struct {
+		StopReason string           `json:"stop_reason"`
+		Content    []map[string]any `json:"content"`
+	}
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, "tool_use", m.StopReason)
+	call := m.Content[0]
+	require.Equal(t, "get_weather", call["name"])
+	require.IsType(t, map[string]any{}, call["input"])
+
+	resp, b = postJSON(t, url+"/v1/messages", strings.Replace(first, `"max_tokens":3`, `"max_tokens":3,"stream":true`, 1))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	names, data := sseNames(t, b)
+	require.Equal(t, []string{"message_start", "ping", "content_block_start", "content_block_delta", "content_block_stop",
+		"message_delta", "message_stop"}, names)
+	require.Equal(t, "tool_use", data[2]["content_block"].(map[string]any)["type"])
+	require.Equal(t, "tool_use", data[5]["delta"].(map[string]any)["stop_reason"])
+
+	next := fmt.Sprintf(`{"max_tokens":3,%s,"messages":[{"role":"user","content":"Weather in Oslo? p=0.1"},`+
+		`{"role":"assistant","content":[{"type":"tool_use","id":%q,"name":"get_weather","input":{}}]},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":%q,"content":"sunny p=0.1"}]}]}`, tools, call["id"], call["id"])
+	resp, b = postJSON(t, url+"/v1/messages", next)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, "max_tokens", m.StopReason)
+	require.Equal(t, "text", m.Content[0]["type"])
+}

@@ -126,3 +126,43 @@ func TestResponseStoreIsBounded(t *testing.T) {
 	require.NotNil(t, st.get(mustJSON(t, maxStoredResponses+1)))
 	require.Equal(t, maxStoredResponses, st.order.Len())
 }
+
+func TestChatToolCalls(t *testing.T) {
+	_, base := start(t, zeroLatency(), Options{Clock: newInstantClock()})
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	resp, b := post(t, base+"/v1/chat/completions", `{"max_tokens":3,`+tools+`,"messages":[{"role":"user","content":"Weather?"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	var c struct {
+		Choices []struct {
+			Message struct {
+				Content   *string
+				ToolCalls []struct {
+					ID       string
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &c))
+	require.Equal(t, "tool_calls", c.Choices[0].FinishReason)
+	require.Nil(t, c.Choices[0].Message.Content)
+	call := c.Choices[0].Message.ToolCalls[0]
+	require.Equal(t, "get_weather", call.Function.Name)
+	require.True(t, json.Valid([]byte(call.Function.Arguments)))
+
+	resp, b = post(t, base+"/v1/chat/completions", `{"max_tokens":3,"stream":true,`+tools+`,"messages":[{"role":"user","content":"Weather?"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Contains(t, string(b), `"tool_calls":[{"function":{"arguments":`)
+	require.Contains(t, string(b), `"finish_reason":"tool_calls"`)
+	require.Equal(t, 3, strings.Count(string(b), "data: "), "the call, the finish, [DONE]")
+
+	next := `{"max_tokens":3,` + tools + `,"messages":[{"role":"user","content":"Weather?"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"` + call.ID + `","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"` + call.ID + `","content":"sunny"}]}`
+	resp, b = post(t, base+"/v1/chat/completions", next)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.NoError(t, json.Unmarshal(b, &c))
+	require.Equal(t, "length", c.Choices[0].FinishReason, "a tool's result is answered in text")
+	require.NotNil(t, c.Choices[0].Message.Content)
+}

@@ -11,9 +11,9 @@
 //	POST /v1/responses, GET and DELETE /v1/responses/{id}
 //	GET  /v1/models, GET /health ("ok"), GET /metrics (vLLM metric names)
 //
-// with vLLM's shapes and usage fields, streamed as named events where the API does. A
-// Messages conversation that offers tools and ends with a question is answered with a call
-// of the chosen (or first) tool, so clients can go round the tool loop. Responses are stored
+// with vLLM's shapes and usage fields, streamed as named events where the API does. A chat
+// or Messages conversation that offers tools and ends with the user's message is answered
+// with a call of the chosen (or first) tool, so clients can go round the tool loop. Responses are stored
 // (store, the default) in a bounded per-replica map for previous_response_id and GET, and an
 // id the replica does not hold is answered 404 in vLLM's words, as vLLM keeps them in one
 // replica's memory only.

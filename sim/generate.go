@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -257,6 +258,15 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job) (in
 	case responsesEndpoint:
 		writeJSON(w, http.StatusOK, s.finishResponse(j))
 	case chatEndpoint:
+		if j.req.tool != "" {
+			writeJSON(w, http.StatusOK, map[string]any{
+				"id": j.id, "object": "chat.completion", "created": j.created, "model": j.req.model,
+				"choices": []any{map[string]any{"index": 0, "logprobs": nil, "finish_reason": "tool_calls",
+					"message": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{j.chatToolCall(true)}}}},
+				"usage": u,
+			})
+			break
+		}
 		writeJSON(w, http.StatusOK, chatCompletion{
 			ID: j.id, Object: "chat.completion", Created: j.created, Model: j.req.model,
 			Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: text}, FinishReason: j.finish}},
@@ -358,11 +368,39 @@ type openAIEncoder struct {
 func (e openAIEncoder) start(buf []byte) []byte { return buf }
 
 func (e openAIEncoder) token(buf []byte, i int, _ string) []byte {
-	var finish *string
-	if i == e.j.outTokens-1 {
-		finish = &e.j.finish
+	j := e.j
+	last := i == j.outTokens-1
+	if j.req.kind == chatEndpoint && j.req.tool != "" {
+		// The call whole with the first token, the finish reason with the last.
+		if i == 0 {
+			buf = appendEvent(buf, j.toolChunk(map[string]any{"role": "assistant", "tool_calls": []any{j.chatToolCall(false)}}, nil))
+		}
+		if last {
+			reason := "tool_calls"
+			buf = appendEvent(buf, j.toolChunk(map[string]any{}, &reason))
+		}
+		return buf
 	}
-	return appendEvent(buf, e.s.chunk(e.j, i, finish))
+	var finish *string
+	if last {
+		finish = &j.finish
+	}
+	return appendEvent(buf, e.s.chunk(j, i, finish))
+}
+
+// chatToolCall is the answer's tool call, in a message (whole) or a stream delta (indexed).
+func (j *job) chatToolCall(whole bool) map[string]any {
+	c := map[string]any{"id": "call_" + strings.TrimPrefix(j.id, "chatcmpl-"), "type": "function",
+		"function": map[string]string{"name": j.req.tool, "arguments": j.toolInput()}}
+	if !whole {
+		c["index"] = 0
+	}
+	return c
+}
+
+func (j *job) toolChunk(delta map[string]any, finish *string) map[string]any {
+	return map[string]any{"id": j.id, "object": "chat.completion.chunk", "created": j.created, "model": j.req.model,
+		"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
 }
 
 func (e openAIEncoder) end(buf []byte) []byte {

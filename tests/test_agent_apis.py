@@ -220,6 +220,23 @@ def test_messages_translated_for_a_chat_only_pool(chat_only):
     n = claude.messages.count_tokens(model="auto", messages=messages)
     assert n.input_tokens > 0  # estimated: a chat-only pool cannot count
 
+    # The tool loop, through the translation: tool_calls come back as tool_use, and the
+    # tool_result turn reaches the replica as a tool message.
+    question = {"role": "user", "content": "What is the weather in Oslo? Use the tool."}
+    first = claude.messages.create(model="auto", max_tokens=8, tools=[WEATHER], messages=[question])
+    assert first.stop_reason == "tool_use"
+    call = next(b for b in first.content if b.type == "tool_use")
+    assert call.name == "get_weather"
+    with claude.messages.stream(model="auto", max_tokens=8, tools=[WEATHER], messages=[question]) as s:
+        streamed = s.get_final_message()
+    assert streamed.stop_reason == "tool_use" and streamed.content[0].type == "tool_use"
+    assert streamed.content[0].input == call.input
+    second = claude.messages.create(model="auto", max_tokens=8, tools=[WEATHER], messages=[
+        question, {"role": "assistant", "content": first.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny."}]},
+    ])
+    assert second.stop_reason == "max_tokens" and second.content[0].type == "text"
+
     with pytest.raises(openai.BadRequestError) as e:
         openai.OpenAI(base_url=chat_only.url + "/v1", api_key="unused", max_retries=0).responses.create(
             model="auto", input=FAST_PROMPT)
