@@ -77,7 +77,7 @@ test-pure: setup-redis
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m $(filter-out %/deploy,$(PURE_PKGS))
 
 # Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
-# target after the other (12 targets: about 5 minutes at 20s, builds included; internal/archtest
+# target after the other (16 targets: about 6.5 minutes at 20s, builds included; internal/archtest
 # checks that this list names every Fuzz function in the tree). Each target's
 # seeds (and any crasher committed under <package>/testdata/fuzz/) also run in every plain
 # `go test`. New coverage is minimized for at most 2s so the time goes to fuzzing. A crasher
@@ -86,8 +86,10 @@ test-pure: setup-redis
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	server:FuzzDecodeQueryProcess server:FuzzDecodeClassify server:FuzzDecodeChat server:FuzzDecodeCompletion \
+	server:FuzzDecodeMessages server:FuzzDecodeResponses \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
-	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode
+	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
+	translate:FuzzStream translate:FuzzChatToMessage
 
 ## fuzz every Fuzz target for FUZZTIME (20s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup

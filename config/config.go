@@ -90,24 +90,33 @@ type ServerConfig struct {
 	// more is answered 429 too_many_connections_per_ip and closed. 0 (the default) disables
 	// it: behind a load balancer or ingress every client shares its address.
 	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
+	// ResponseAffinityEntries bounds the table of OpenAI Responses ids and the replica that
+	// stored each (previous_response_id and GET/DELETE by id go there); past it the least
+	// recently used entry is forgotten and its conversation can no longer be continued
+	// through this gateway. Default 100000 (about 20 MB).
+	ResponseAffinityEntries int `yaml:"response_affinity_entries"`
+	// ResponseAffinityTTL forgets a Responses id this long after it was last used. Default 24h.
+	ResponseAffinityTTL time.Duration `yaml:"response_affinity_ttl"`
 }
 
 // DefaultServerConfig returns the server defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
-		Listen:                "127.0.0.1:8080",
-		BodyLimit:             1 << 20,
-		MaxTextBytes:          64 << 10,
-		MaxBatchTexts:         64,
-		RequestTimeout:        30 * time.Second,
-		ShutdownTimeout:       15 * time.Second,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          0,
-		WriteStallTimeout:     20 * time.Second,
-		IdleTimeout:           2 * time.Minute,
-		QueryProcessMaxTokens: 16,
-		MaxConnections:        10_000,
-		MaxConnectionsPerIP:   0,
+		Listen:                  "127.0.0.1:8080",
+		BodyLimit:               1 << 20,
+		MaxTextBytes:            64 << 10,
+		MaxBatchTexts:           64,
+		RequestTimeout:          30 * time.Second,
+		ShutdownTimeout:         15 * time.Second,
+		ReadTimeout:             30 * time.Second,
+		WriteTimeout:            0,
+		WriteStallTimeout:       20 * time.Second,
+		IdleTimeout:             2 * time.Minute,
+		QueryProcessMaxTokens:   16,
+		ResponseAffinityEntries: 100000,
+		ResponseAffinityTTL:     24 * time.Hour,
+		MaxConnections:          10_000,
+		MaxConnectionsPerIP:     0,
 	}
 }
 
@@ -153,6 +162,12 @@ func (c ServerConfig) ValidateAt(path string) error {
 		bad("write_stall_timeout", "must be >= 0 (0 disables it), got %s", c.WriteStallTimeout)
 	} else if c.WriteTimeout > 0 && c.WriteStallTimeout > 0 {
 		bad("write_stall_timeout", "must be 0 when write_timeout is set (%s): fasthttp then sets the write deadline itself", c.WriteTimeout)
+	}
+	if c.ResponseAffinityEntries < 1 {
+		bad("response_affinity_entries", "must be >= 1, got %d", c.ResponseAffinityEntries)
+	}
+	if c.ResponseAffinityTTL <= 0 {
+		bad("response_affinity_ttl", "must be > 0, got %s", c.ResponseAffinityTTL)
 	}
 	if c.QueryProcessMaxTokens < 1 || c.QueryProcessMaxTokens > 4096 {
 		bad("query_process_max_tokens", "must be in [1, 4096], got %d", c.QueryProcessMaxTokens)

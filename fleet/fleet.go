@@ -17,6 +17,8 @@ type Fleet struct {
 	// Affinity is nil when fleet.affinity.enabled is false. Attach the pools to it before
 	// Run.
 	Affinity *Affinity
+	// Responses is the shared table of OpenAI Responses ids and their replicas.
+	Responses *Responses
 }
 
 // New dials Redis (see Dial for when it fails and when it starts in local mode) and builds
@@ -32,7 +34,7 @@ func New(cfg Config, maxSlow int, opts Options) (*Fleet, error) {
 		conn.Close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f := &Fleet{Conn: conn, Budget: b}
+	f := &Fleet{Conn: conn, Budget: b, Responses: NewResponses(conn)}
 	if cfg.Cache.Enabled {
 		f.Cache = NewCache(conn)
 	}
@@ -42,8 +44,8 @@ func New(cfg Config, maxSlow int, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-// Run keeps the connection checked, the budget synced, the cache written and affinity
-// shared until ctx ends; then it stops the budget first (which gives this gateway's grant
+// Run keeps the connection checked, the budget synced, the cache and the Responses table
+// written and affinity shared until ctx ends; then it stops the budget first (which gives this gateway's grant
 // back over the still open connection), the cache writer and affinity, then the connection.
 // Run may be called once.
 func (f *Fleet) Run(ctx context.Context) error {
@@ -59,6 +61,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if f.Affinity != nil {
 		parts.Go(func() { f.Affinity.Run(ctx) })
 	}
+	parts.Go(func() { f.Responses.Run(ctx) })
 	parts.Wait()
 	stopConn()
 	conn.Wait()

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
 	m := &metrics{
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "triage_fleet_errors_total",
-			Help: "Failed Redis operations by operation (connect, ping, budget, cache_get, cache_set).",
+			Help: "Failed Redis operations by operation (connect, ping, budget, cache_get, cache_set, responses_get, responses_set; responses_set also counts Responses-table writes dropped because the queue was full or Redis down).",
 		}, []string{"op"}),
 		topups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "triage_fleet_budget_topups_total",

@@ -266,21 +266,31 @@ func (a *keyAuth) Run(ctx context.Context) error {
 // errors of client authentication; answered 401 by errorResponse.
 var (
 	errMissingKey = &apiError{status: http.StatusUnauthorized, typ: typeAuthentication, code: "missing_api_key",
-		message: "this gateway needs an API key: send Authorization: Bearer <key>"}
+		message: "this gateway needs an API key: send Authorization: Bearer <key> (or x-api-key: <key>)"}
 	errInvalidKey = &apiError{status: http.StatusUnauthorized, typ: typeAuthentication, code: "invalid_api_key",
 		message: "the API key is not valid"}
 )
 
-// authenticate returns the key an Authorization header names. The presented key is hashed
+// HeaderAPIKey carries the API key for clients that do not send Authorization: Bearer
+// (Anthropic's). Like Authorization it is never forwarded upstream.
+const HeaderAPIKey = "x-api-key"
+
+// authenticate returns the key an Authorization (or x-api-key) header names. The presented key is hashed
 // and looked up by its digest, so no comparison runs over the key itself; it is never logged
 // nor repeated in an answer.
 func (a *keyAuth) authenticate(c *fiber.Ctx) (*apiKey, error) {
 	v := c.Get(fiber.HeaderAuthorization)
-	if v == "" {
+	tok, ok := "", false
+	switch {
+	case v != "":
+		tok, ok = bearerToken(v)
+	case c.Get(HeaderAPIKey) != "":
+		// Anthropic's clients send the key in x-api-key.
+		tok, ok = c.Get(HeaderAPIKey), true
+	default:
 		a.m.requests.WithLabelValues("none", "missing").Inc()
 		return nil, errMissingKey
 	}
-	tok, ok := bearerToken(v)
 	if !ok || len(tok) < minKeyBytes {
 		a.m.requests.WithLabelValues("none", "invalid").Inc()
 		return nil, errInvalidKey

@@ -50,6 +50,11 @@ func (s *Server) newApp() *fiber.App {
 	app.Post("/v1/chat/completions", s.clientEndpoint("chat_completions", s.handleChat))
 	app.Post("/v1/completions", s.clientEndpoint("completions", s.handleCompletions))
 	app.Get("/v1/models", s.clientEndpoint("models", s.handleModels))
+	app.Post("/v1/messages", s.wrap("messages", s.auth != nil, shapeMessages, s.handleMessages))
+	app.Post("/v1/messages/count_tokens", s.wrap("messages_count_tokens", s.auth != nil, shapeMessages, s.handleCountTokens))
+	app.Post("/v1/responses", s.clientEndpoint("responses", s.handleResponses))
+	app.Get("/v1/responses/:id", s.clientEndpoint("responses_get", s.handleResponseByID))
+	app.Delete("/v1/responses/:id", s.clientEndpoint("responses_delete", s.handleResponseByID))
 	app.Get("/healthz", s.endpoint("healthz", s.handleHealthz))
 	// vLLM's and most OpenAI-compatible servers' liveness route, which benchmark clients and
 	// orchestrators probe.
@@ -109,16 +114,20 @@ func (s *Server) rejectMethod(ctx *fasthttp.RequestCtx) {
 // endpoint wraps a handler with the request bookkeeping every endpoint shares: in-flight
 // accounting (which a streamed body takes over), panic recovery, reading the body, the error
 // answer and the requests metric.
-func (s *Server) endpoint(name string, h handlerFunc) fiber.Handler { return s.wrap(name, false, h) }
+func (s *Server) endpoint(name string, h handlerFunc) fiber.Handler {
+	return s.wrap(name, false, shapeOpenAI, h)
+}
 
 // clientEndpoint is endpoint for the /v1/ endpoints, which need an API key when
 // auth.keys_file is set: the key is checked before the body is read (an unauthenticated
 // client makes the gateway buffer nothing) and its token bucket charged after.
 func (s *Server) clientEndpoint(name string, h handlerFunc) fiber.Handler {
-	return s.wrap(name, s.auth != nil, h)
+	return s.wrap(name, s.auth != nil, shapeOpenAI, h)
 }
 
-func (s *Server) wrap(name string, keyed bool, h handlerFunc) fiber.Handler {
+// wrap is the bookkeeping of endpoint and clientEndpoint; shape is the shape of the
+// endpoint's error bodies.
+func (s *Server) wrap(name string, keyed bool, shape errorShape, h handlerFunc) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		rq := &request{arrival: time.Now()}
 		s.active.add()
@@ -153,7 +162,7 @@ func (s *Server) wrap(name string, keyed bool, h handlerFunc) fiber.Handler {
 			err = h(c, rq)
 		}()
 		if err != nil {
-			s.writeError(c, err)
+			s.writeErrorAs(c, err, shape)
 		}
 		s.m.requests.WithLabelValues(name, strconv.Itoa(c.Response().StatusCode())).Inc()
 		if !rq.deferred || err != nil {
@@ -163,9 +172,18 @@ func (s *Server) wrap(name string, keyed bool, h handlerFunc) fiber.Handler {
 	}
 }
 
-// writeError answers with err's status and OpenAI-shaped body (see errorResponse).
+// writeError answers with err's status and OpenAI-shaped body (see errorResponse), or
+// Messages-shaped on the Messages endpoints (fiber's own 404 and 405 there).
 func (s *Server) writeError(c *fiber.Ctx, err error) {
+	s.writeErrorAs(c, err, shapeOf(c.Path()))
+}
+
+func (s *Server) writeErrorAs(c *fiber.Ctx, err error, shape errorShape) {
 	ae := errorResponse(err, s.log)
+	if shape == shapeMessages {
+		s.writeMessagesError(c, ae)
+		return
+	}
 	b, merr := json.Marshal(ae.body())
 	if merr != nil { // strings always marshal
 		b = []byte(`{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}`)

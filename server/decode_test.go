@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/router"
+	"github.com/triage-gw/triage/translate"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -193,4 +194,49 @@ func TestErrorResponseMapsEveryErrorInOnePlace(t *testing.T) {
 		})
 	}
 	require.Equal(t, http.StatusInternalServerError, errorResponse(errors.New(strings.Repeat("x", 10)), log).status)
+}
+
+var agentSeeds = []string{
+	`{"max_tokens":5,"system":"s","messages":[{"role":"user","content":"hi"}]}`,
+	`{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image","source":{"type":"url","url":"u"}}]}],"stream":true}`,
+	`{"max_tokens":5,"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"tool","name":"f"},"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"r"}]}]}]}`,
+	`{"max_tokens":0,"messages":[]}`,
+	`{"input":"hello","previous_response_id":"resp_1","store":false}`,
+	`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}]}],"instructions":"i"}`,
+	`{"input":[{"type":"function_call_output","call_id":"c","output":"o"}]}`,
+	`{"input":[{"role":"developer","content":"x"}]}`,
+}
+
+func FuzzDecodeMessages(f *testing.F) {
+	for _, s := range append(decodeSeeds, agentSeeds...) {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, count bool) {
+		p, err := decodeMessages(body, fuzzLimits, count)
+		if err != nil {
+			requireBadRequest(t, err)
+			return
+		}
+		requireValidInput(t, p.text)
+		// What the gateway accepted, it can translate for a chat-only pool.
+		_, _, err = translate.MessagesToChat(body, true)
+		require.NoError(t, err)
+	})
+}
+
+func FuzzDecodeResponses(f *testing.F) {
+	for _, s := range append(decodeSeeds, agentSeeds...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := decodeResponses(body, fuzzLimits)
+		if err != nil {
+			requireBadRequest(t, err)
+			return
+		}
+		if p.previous != "" && p.text.input == "" {
+			return // a continuation without text: pinned, never classified
+		}
+		requireValidInput(t, p.text)
+	})
 }

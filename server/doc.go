@@ -4,8 +4,10 @@
 //
 // A [Server] answers the gateway's HTTP API (docs/http-api.md): POST /v1/query-process,
 // POST /v1/classify (tooling, no execution), the OpenAI-compatible POST /v1/chat/completions,
-// POST /v1/completions and GET /v1/models, GET /healthz (and /health), /readyz and /metrics,
-// and, only when admin.token is set, the admin endpoints.
+// POST /v1/completions and GET /v1/models, the agent APIs POST /v1/messages (Anthropic,
+// with count_tokens; messages.go) and POST /v1/responses with GET and DELETE by id (OpenAI
+// Responses; responses.go), GET /healthz (and /health), /readyz and /metrics, and, only when
+// admin.token is set, the admin endpoints.
 //
 // Every routed request takes the same path:
 //
@@ -20,13 +22,20 @@
 //     query-process until the execution has been read to its end, for a proxied request
 //     until the streamed body is closed.
 //
-// Errors become HTTP answers in exactly one place, errorResponse, in the OpenAI error shape.
+// Errors become HTTP answers in exactly one place, errorResponse, in the OpenAI error shape;
+// the Messages endpoints rewrite that answer into Anthropic's shape (errorshape.go).
+//
+// A Messages request for a pool whose replicas do not speak that API is translated to a chat
+// completion and back (package translate). A Responses request continuing a stored response
+// goes to the replica that stored it (affinity.go: a bounded table of ids, shared through the
+// fleet's Redis in fleet mode), because the replica keeps that state in its own memory.
 //
 // # Concurrency
 //
 // Handlers run on fasthttp's connection goroutines; fiber reuses request memory after a
 // handler returns, so anything kept longer (upstream body, session id, headers) is copied.
-// The router and the pools are safe for concurrent use and own their state.
+// The router and the pools are safe for concurrent use and own their state; so is the
+// Responses table, whose one lock is never held across a call out.
 //
 // A streamed answer is handed to fasthttp as a body stream of unknown size: fasthttp writes
 // it chunked, flushing after every read from the replica, and closes it exactly once —

@@ -17,7 +17,8 @@ import (
 	"github.com/triage-gw/triage/upstream"
 )
 
-var fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/classify", "/v1/query-process", "/v1/models", "/nope"}
+var fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/classify", "/v1/query-process", "/v1/models", "/nope",
+	"/v1/messages", "/v1/messages/count_tokens", "/v1/responses"}
 
 // FuzzClientInputLeavesReplicasHealthy sends whatever a client can choose — the forwarded
 // User-Agent and the x-session-id header values (bytes HTTP forbids included), the body, the
@@ -27,6 +28,10 @@ var fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/classif
 func FuzzClientInputLeavesReplicasHealthy(f *testing.F) {
 	for _, s := range decodeSeeds {
 		f.Add("openai-python/1.0", "session-1", []byte(s), uint8(0))
+	}
+	for _, s := range agentSeeds {
+		f.Add("anthropic-python/1.0", "session-1", []byte(s), uint8(6))
+		f.Add("openai-python/1.0", "session-1", []byte(s), uint8(8))
 	}
 	f.Add("agent\x01", "", []byte(`{"messages":[{"role":"user","content":"hi"}]}`), uint8(0))
 	f.Add("a", "s\x7f", []byte(`{"prompt":"p"}`), uint8(1))

@@ -95,6 +95,8 @@ func TestClientGoneWhileWaitingCancelsUpstream(t *testing.T) {
 		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"write an epic p=0.9"}]}`, "chat_completions"},
 		{"completions", "/v1/completions", `{"prompt":"write an epic p=0.9","max_tokens":5}`, "completions"},
 		{"query-process", "/v1/query-process", `{"text":"write an epic p=0.9"}`, "query_process"},
+		{"messages", "/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"write an epic p=0.9"}]}`, "messages"},
+		{"responses", "/v1/responses", `{"model":"m","input":"write an epic p=0.9"}`, "responses"},
 		// A stream waits for its headers (the replica's queue) in the handler too.
 		{"stream before its headers", "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"write an epic p=0.9"}]}`, "chat_completions"},
 	} {

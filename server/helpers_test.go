@@ -126,7 +126,7 @@ func newFakeUpstream(t testing.TB) *fakeUpstream {
 		case "/health":
 			w.Write([]byte("ok"))
 			return
-		case "/v1/chat/completions", "/v1/completions":
+		case "/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses":
 		default:
 			http.NotFound(w, r)
 			return
@@ -231,6 +231,7 @@ type testOptions struct {
 	// goneEvery replaces the client-gone watcher's interval; 0 keeps goneEvery. A test that
 	// scans by hand (s.gone.scan) sets it long.
 	goneEvery time.Duration
+	shared    SharedResponses
 }
 
 type serverOption func(*config.Config, *testOptions)
@@ -267,7 +268,7 @@ func build(cfg config.Config, o testOptions, ln net.Listener) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(cfg, Options{Router: rt, Logger: log, Registry: reg, Listener: ln, Backends: o.backends})
+	return New(cfg, Options{Router: rt, Logger: log, Registry: reg, Listener: ln, Backends: o.backends, SharedResponses: o.shared})
 }
 
 // run starts cfg on a fresh 127.0.0.1:0 listener.

@@ -41,6 +41,9 @@ type Options struct {
 	// Backends are started first by Run and stopped last, after the HTTP drain, so requests
 	// in flight can still reach them (the built-in simulators).
 	Backends []Backend
+	// SharedResponses, in fleet mode, shares the table of OpenAI Responses ids and the
+	// replica that stored each with the other gateways. Nil: this gateway's table only.
+	SharedResponses SharedResponses
 }
 
 // Server is the gateway's HTTP layer. It decodes and validates requests, asks the router
@@ -58,8 +61,10 @@ type Server struct {
 
 	router *router.Router
 	auth   *keyAuth // nil without auth.keys_file
-	fast   *upstream.Pool
-	slow   *upstream.Pool
+	// responses remembers the replica of each stored OpenAI Responses id.
+	responses responseTable
+	fast      *upstream.Pool
+	slow      *upstream.Pool
 
 	// base parents every upstream request; cancelled when the drain bound has passed, to cut
 	// what is still running.
@@ -106,6 +111,15 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
+	}
+	rm, err := newResponseMetrics(s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	local := newLocalResponses(cfg.Server.ResponseAffinityEntries, cfg.Server.ResponseAffinityTTL, nil, rm)
+	s.responses = local
+	if opts.SharedResponses != nil {
+		s.responses = &tieredResponses{local: local, shared: opts.SharedResponses, ttl: cfg.Server.ResponseAffinityTTL}
 	}
 	if cfg.Auth.KeysFile != "" {
 		if s.auth, err = newKeyAuth(cfg.Auth.KeysFile, cfg.Auth.ReloadInterval, s.log, s.reg); err != nil {

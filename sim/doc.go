@@ -1,4 +1,4 @@
-// Package sim is an OpenAI-compatible simulated LLM server: mockllm.
+// Package sim is an OpenAI- and Anthropic-compatible simulated LLM server: mockllm.
 //
 // # Purpose
 //
@@ -7,7 +7,16 @@
 // in one process), tests, benchmarks and the Docker demo. It serves
 //
 //	POST /v1/chat/completions, POST /v1/completions  (streaming or not)
+//	POST /v1/messages, /v1/messages/count_tokens     (Anthropic, as vLLM serves it)
+//	POST /v1/responses, GET and DELETE /v1/responses/{id}
 //	GET  /v1/models, GET /health ("ok"), GET /metrics (vLLM metric names)
+//
+// with vLLM's shapes and usage fields, streamed as named events where the API does. A chat
+// or Messages conversation that offers tools and ends with the user's message is answered
+// with a call of the chosen (or first) tool, so clients can go round the tool loop. Responses are stored
+// (store, the default) in a bounded per-replica map for previous_response_id and GET, and an
+// id the replica does not hold is answered 404 in vLLM's words, as vLLM keeps them in one
+// replica's memory only.
 //
 // and models what a router can observe of a real engine: a fixed number of
 // batch slots with a bounded FIFO queue in front (429 with Retry-After when
@@ -27,7 +36,7 @@
 // A Server is safe for concurrent use; each request runs on its net/http
 // handler goroutine. Shared state is small and each piece has one lock:
 // the scheduler (slots, queue, reserved KV blocks), the prefix-cache LRU,
-// and the random source (one draw per request, so a seed and an arrival
+// the stored responses, and the random source (one draw per request, so a seed and an arrival
 // order fix every outcome). The runtime slowdown (SetSlowdown) is one
 // atomic word read at each delay. Metrics read scheduler state at scrape time.
 // A request holds its slot from the start of prefill to its last token;

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -17,6 +18,32 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	s.generate(w, r, completionEndpoint)
+}
+
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	s.generate(w, r, messagesEndpoint)
+}
+
+func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
+	s.generate(w, r, responsesEndpoint)
+}
+
+// readBody reads a request body up to maxBodyBytes, answering 400 or 413 itself when it
+// cannot.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err == nil {
+		return body, true
+	}
+	s.metrics.rejected.WithLabelValues(rejectBadRequest).Inc()
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeErrorFor(w, kind, &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+			message: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)})
+		return nil, false
+	}
+	writeErrorFor(w, kind, badRequest("", "reading request body: %v", err))
+	return nil, false
 }
 
 // draw holds one request's random numbers, drawn together so a given seed
@@ -71,7 +98,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 
 	if s.closed.Err() != nil {
 		s.metrics.rejected.WithLabelValues(rejectClosed).Inc()
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: "server_error", message: "server is shutting down"})
+		writeErrorFor(w, kind, &apiError{status: http.StatusServiceUnavailable, typ: "server_error", message: "server is shutting down"})
 		return
 	}
 	if s.cfg.StallFirstByte > 0 {
@@ -80,33 +107,34 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 		}
 	}
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		s.metrics.rejected.WithLabelValues(rejectBadRequest).Inc()
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
-				message: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)})
-			return
-		}
-		writeError(w, badRequest("", "reading request body: %v", err))
+	body, ok := s.readBody(w, r, kind)
+	if !ok {
 		return
 	}
-	parse := parseChat
-	if kind == completionEndpoint {
-		parse = parseCompletion
+	var (
+		req    genRequest
+		apiErr *apiError
+	)
+	switch kind {
+	case chatEndpoint:
+		req, apiErr = parseChat(body, s.cfg.Model)
+	case completionEndpoint:
+		req, apiErr = parseCompletion(body, s.cfg.Model)
+	case messagesEndpoint:
+		req, apiErr = parseMessages(body, s.cfg.Model)
+	case responsesEndpoint:
+		req, apiErr = s.parseResponses(body, s.cfg.Model)
 	}
-	req, apiErr := parse(body, s.cfg.Model)
 	if apiErr != nil {
 		s.metrics.rejected.WithLabelValues(rejectBadRequest).Inc()
-		writeError(w, apiErr)
+		writeErrorFor(w, kind, apiErr)
 		return
 	}
 
 	d := s.drawFor(req.stream)
 	if d.fail {
 		s.metrics.rejected.WithLabelValues(rejectInjected).Inc()
-		writeError(w, &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "injected fault (error_rate)"})
+		writeErrorFor(w, kind, &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "injected fault (error_rate)"})
 		return
 	}
 
@@ -135,7 +163,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 		if errors.Is(err, errQueueFull) {
 			s.metrics.rejected.WithLabelValues(rejectQueueFull).Inc()
 			w.Header().Set("Retry-After", "1")
-			writeError(w, &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error",
+			writeErrorFor(w, kind, &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error",
 				message: fmt.Sprintf("replica %s is full: %d running, %d waiting", s.cfg.Name, s.cfg.MaxRunning, s.cfg.MaxWaiting)})
 			return
 		}
@@ -170,7 +198,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	s.metrics.ttft.Observe(firstToken.Sub(j.arrival).Seconds())
 
 	w.Header().Set(HeaderCachedTokens, strconv.Itoa(j.cachedTokens))
-	var sent int
+	var (
+		sent int
+		err  error
+	)
 	if req.stream {
 		sent, err = s.stream(ctx, w, j, d.cut)
 	} else {
@@ -208,8 +239,13 @@ func (s *Server) prefillDelay(j *job) time.Duration {
 }
 
 func idKind(kind endpoint) string {
-	if kind == chatEndpoint {
+	switch kind {
+	case chatEndpoint:
 		return "chatcmpl"
+	case messagesEndpoint:
+		return "msg"
+	case responsesEndpoint:
+		return "resp"
 	}
 	return "cmpl"
 }
@@ -222,13 +258,27 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job) (in
 	}
 	text := GeneratedText(j.req.prompt, j.outTokens)
 	u := j.usage()
-	if j.req.kind == chatEndpoint {
+	switch j.req.kind {
+	case messagesEndpoint:
+		writeJSON(w, http.StatusOK, j.anthropicMessage())
+	case responsesEndpoint:
+		writeJSON(w, http.StatusOK, s.finishResponse(j))
+	case chatEndpoint:
+		if j.req.tool != "" {
+			writeJSON(w, http.StatusOK, map[string]any{
+				"id": j.id, "object": "chat.completion", "created": j.created, "model": j.req.model,
+				"choices": []any{map[string]any{"index": 0, "logprobs": nil, "finish_reason": "tool_calls",
+					"message": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{j.chatToolCall(true)}}}},
+				"usage": u,
+			})
+			break
+		}
 		writeJSON(w, http.StatusOK, chatCompletion{
 			ID: j.id, Object: "chat.completion", Created: j.created, Model: j.req.model,
 			Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: text}, FinishReason: j.finish}},
 			Usage:   u,
 		})
-	} else {
+	default:
 		writeJSON(w, http.StatusOK, textCompletion{
 			ID: j.id, Object: "text_completion", Created: j.created, Model: j.req.model,
 			Choices: []textChoice{{Index: 0, Text: text, FinishReason: &j.finish}},
@@ -262,7 +312,8 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, cut 
 		s.log.Debug("cutting stream (close_mid_stream_rate)", "replica", s.cfg.Name, "id", j.id, "tokens_sent", sent)
 		panic(http.ErrAbortHandler)
 	}
-	buf := make([]byte, 0, 512)
+	enc := s.encoder(j)
+	buf := enc.start(make([]byte, 0, 512))
 	for i := range j.outTokens {
 		if i == cutAt {
 			abort(i)
@@ -272,22 +323,94 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, cut 
 				return i, err
 			}
 		}
-		var finish *string
-		if i == j.outTokens-1 {
-			finish = &j.finish
+		buf = enc.token(buf, i, tokenText(j.hash, i))
+		if len(buf) == 0 {
+			continue
 		}
-		buf = appendEvent(buf[:0], s.chunk(j, i, finish))
 		if _, err := w.Write(buf); err != nil {
 			return i, fmt.Errorf("write chunk: %w", err)
 		}
 		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return i, fmt.Errorf("flush chunk: %w", err)
 		}
+		buf = buf[:0]
 	}
 	if cutAt == j.outTokens {
 		abort(j.outTokens)
 	}
-	buf = buf[:0]
+	buf = enc.end(buf)
+	if _, err := w.Write(buf); err != nil {
+		return j.outTokens, fmt.Errorf("write end of stream: %w", err)
+	}
+	rc.Flush()
+	return j.outTokens, nil
+}
+
+// streamEncoder writes one API's stream: start before the first token's event, one event
+// (or none) per token, and what ends the stream.
+type streamEncoder interface {
+	start(buf []byte) []byte
+	token(buf []byte, i int, text string) []byte
+	end(buf []byte) []byte
+}
+
+func (s *Server) encoder(j *job) streamEncoder {
+	switch j.req.kind {
+	case messagesEndpoint:
+		return messagesEncoder{j: j}
+	case responsesEndpoint:
+		return &responsesEncoder{s: s, j: j}
+	}
+	return openAIEncoder{s: s, j: j}
+}
+
+// openAIEncoder writes chat and completion chunks ("data:" lines), then the usage chunk if
+// asked for, then [DONE].
+type openAIEncoder struct {
+	s *Server
+	j *job
+}
+
+func (e openAIEncoder) start(buf []byte) []byte { return buf }
+
+func (e openAIEncoder) token(buf []byte, i int, _ string) []byte {
+	j := e.j
+	last := i == j.outTokens-1
+	if j.req.kind == chatEndpoint && j.req.tool != "" {
+		// The call whole with the first token, the finish reason with the last.
+		if i == 0 {
+			buf = appendEvent(buf, j.toolChunk(map[string]any{"role": "assistant", "tool_calls": []any{j.chatToolCall(false)}}, nil))
+		}
+		if last {
+			reason := "tool_calls"
+			buf = appendEvent(buf, j.toolChunk(map[string]any{}, &reason))
+		}
+		return buf
+	}
+	var finish *string
+	if last {
+		finish = &j.finish
+	}
+	return appendEvent(buf, e.s.chunk(j, i, finish))
+}
+
+// chatToolCall is the answer's tool call, in a message (whole) or a stream delta (indexed).
+func (j *job) chatToolCall(whole bool) map[string]any {
+	c := map[string]any{"id": "call_" + strings.TrimPrefix(j.id, "chatcmpl-"), "type": "function",
+		"function": map[string]string{"name": j.req.tool, "arguments": j.toolInput()}}
+	if !whole {
+		c["index"] = 0
+	}
+	return c
+}
+
+func (j *job) toolChunk(delta map[string]any, finish *string) map[string]any {
+	return map[string]any{"id": j.id, "object": "chat.completion.chunk", "created": j.created, "model": j.req.model,
+		"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
+}
+
+func (e openAIEncoder) end(buf []byte) []byte {
+	j := e.j
 	if j.req.includeUsage {
 		u := j.usage()
 		if j.req.kind == chatEndpoint {
@@ -298,12 +421,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, cut 
 				Model: j.req.model, Choices: []textChoice{}, Usage: &u})
 		}
 	}
-	buf = append(buf, "data: [DONE]\n\n"...)
-	if _, err := w.Write(buf); err != nil {
-		return j.outTokens, fmt.Errorf("write end of stream: %w", err)
-	}
-	rc.Flush()
-	return j.outTokens, nil
+	return append(buf, "data: [DONE]\n\n"...)
 }
 
 // chunk is the stream event of token i. The first chat chunk carries the

@@ -15,6 +15,8 @@ type endpoint int
 const (
 	chatEndpoint       endpoint = iota // POST /v1/chat/completions
 	completionEndpoint                 // POST /v1/completions
+	messagesEndpoint                   // POST /v1/messages (Anthropic)
+	responsesEndpoint                  // POST /v1/responses (OpenAI Responses)
 )
 
 // genRequest is what the simulator needs from a parsed request.
@@ -24,7 +26,10 @@ type genRequest struct {
 	prompt       string // rendered chat messages, or the completion prompt
 	stream       bool
 	includeUsage bool
-	maxTokens    int // 0: not set by the request
+	maxTokens    int    // 0: not set by the request
+	tool         string // Messages: answer with a call of this tool instead of text
+	store        bool   // Responses: keep the response for previous_response_id and GET
+	previous     string // Responses: the previous_response_id continued
 }
 
 // apiError is an answer in the OpenAI error shape.
@@ -118,6 +123,14 @@ type chatRequestJSON struct {
 	MaxTokens           *int               `json:"max_tokens"`
 	MaxCompletionTokens *int               `json:"max_completion_tokens"`
 	N                   *int               `json:"n"`
+	Tools               []chatToolJSON     `json:"tools"`
+	ToolChoice          json.RawMessage    `json:"tool_choice"`
+}
+
+type chatToolJSON struct {
+	Function struct {
+		Name string `json:"name"`
+	} `json:"function"`
 }
 
 type chatMessageJSON struct {
@@ -167,7 +180,26 @@ func parseChat(body []byte, defaultModel string) (genRequest, *apiError) {
 		maxTokens, param = in.MaxCompletionTokens, "max_completion_tokens"
 	}
 	req := genRequest{kind: chatEndpoint, model: in.Model, prompt: RenderChat(msgs), stream: in.Stream}
+	req.tool = chatToolCall(in, msgs[len(msgs)-1].Role)
 	return finishParse(req, defaultModel, in.StreamOptions, maxTokens, param, in.N)
+}
+
+// chatToolCall is the tool a chat request's answer calls, or "": as for Messages, a
+// conversation offering tools whose last message is the user's (not a tool's result) gets a
+// call of the named tool_choice, or of the first tool, unless tool_choice is "none".
+func chatToolCall(in chatRequestJSON, lastRole string) string {
+	if len(in.Tools) == 0 || lastRole != "user" || string(in.ToolChoice) == `"none"` {
+		return ""
+	}
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(in.ToolChoice, &named) == nil && named.Function.Name != "" {
+		return named.Function.Name
+	}
+	return in.Tools[0].Function.Name
 }
 
 // messageContent accepts the content forms of the chat API: a string, null

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,12 +42,13 @@ type Server struct {
 	log          *slog.Logger
 	drainTimeout time.Duration
 
-	sched   *scheduler
-	cache   *prefixCache
-	events  *eventPublisher // nil without Config.KVEventsEndpoint
-	metrics *metrics
-	promh   http.Handler
-	created int64 // unix seconds, for /v1/models
+	sched     *scheduler
+	responses *responseStore
+	cache     *prefixCache
+	events    *eventPublisher // nil without Config.KVEventsEndpoint
+	metrics   *metrics
+	promh     http.Handler
+	created   int64 // unix seconds, for /v1/models
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -88,6 +90,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log:          slog.New(slog.DiscardHandler),
 		drainTimeout: 5 * time.Second,
 		sched:        newScheduler(cfg.MaxRunning, cfg.MaxWaiting),
+		responses:    newResponseStore(),
 		cache:        newPrefixCache(cfg.KVCacheBlocks),
 		rng:          rand.New(rand.NewPCG(cfg.Seed, 0x6d6f636b6c6c6d)),
 	}
@@ -168,6 +171,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		method, handle = http.MethodPost, s.handleChat
 	case "/v1/completions":
 		method, handle = http.MethodPost, s.handleCompletion
+	case "/v1/messages":
+		method, handle = http.MethodPost, s.handleMessages
+	case "/v1/messages/count_tokens":
+		method, handle = http.MethodPost, s.handleCountTokens
+	case "/v1/responses":
+		method, handle = http.MethodPost, s.handleResponses
 	case "/v1/models":
 		method, handle = http.MethodGet, s.handleModels
 	case "/tokenize":
@@ -177,6 +186,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/metrics":
 		method, handle = http.MethodGet, s.promh.ServeHTTP
 	default:
+		if strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+			s.handleResponseByID(w, r)
+			return
+		}
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error",
 			message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 		return

@@ -65,9 +65,10 @@ class Mock:
 
 
 class Gateway:
-    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None, prices=None, retry_on=None):
+    def __init__(self, fast, slow, extra_yaml="", cooldown="30s", first_byte=None, prices=None, retry_on=None, apis=None):
         """prices: {"fast": (input, output), "slow": (...)} per million tokens; None for none.
-        retry_on: both pools' retry.on (a list of failure names); None keeps the default."""
+        retry_on: both pools' retry.on (a list of failure names); None keeps the default.
+        apis: {"fast": ["chat", ...]}: the APIs a pool's replicas are said to speak; None for all."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tempfile.NamedTemporaryFile("w", prefix="triage-", suffix=".yaml", delete=False)
@@ -81,6 +82,8 @@ class Gateway:
                 lines += ["    timeouts:", f"      first_byte: {first_byte}"]
             if retry_on is not None:
                 lines += ["    retry:", f"      on: [{', '.join(retry_on)}]"]
+            if apis and name in apis:
+                lines += [f"    apis: [{', '.join(apis[name])}]"]
             if prices and name in prices:
                 i, o = prices[name]
                 lines += [f"    prices: {{input_per_million: {i}, output_per_million: {o}}}"]

@@ -3,9 +3,11 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
+	"strings"
 	"sync"
 	"time"
 )
@@ -287,12 +289,41 @@ func (t *tokenCounter) keep(b []byte) {
 // wins: a server sending usage in every chunk (vLLM's continuous_usage_stats)
 // has its running totals there and the final ones last.
 func (t *tokenCounter) endData() {
-	if t.skip || !bytes.Contains(t.buf, []byte(`"usage"`)) {
+	if t.skip {
+		return
+	}
+	if !tokenEvent(t.buf) {
+		t.events-- // counted when its payload began; it carries no token
+	}
+	if !bytes.Contains(t.buf, []byte(`"usage"`)) {
 		return
 	}
 	if u, full, output := parseUsage(t.buf); output {
+		if !full && t.full {
+			// Anthropic streams give the prompt's count in message_start and the output's
+			// in message_delta: the later, output-only report completes the earlier one.
+			u.PromptTokens, full = t.usage.PromptTokens, true
+		}
 		t.usage, t.full, t.output = u, full, output
 	}
+}
+
+// tokenEvent reports whether an SSE data payload carries generated tokens: a chat or
+// completion chunk (no top-level "type"), or a typed event of the Messages and Responses
+// streams that is a delta (content_block_delta, response.output_text.delta, ...). Their other
+// events (message_start, ping, response.created, ...) are bookkeeping, some sent before the
+// first token, so they count neither as the first token (TTFT) nor as output.
+func tokenEvent(data []byte) bool {
+	if !bytes.Contains(data, []byte(`"type"`)) {
+		return true // the cheap test first: chat chunks without tool calls pass here
+	}
+	var v struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Type == "" {
+		return true
+	}
+	return v.Type == "content_block_delta" || strings.HasSuffix(v.Type, ".delta")
 }
 
 // parse reads a JSON body's usage, once: call it after the body's end.

@@ -66,6 +66,11 @@ type PoolConfig struct {
 	// KVEvents is how the pool routes on its replicas' KV-cache events
 	// (those replicas with kv_events); see KVEventsConfig.
 	KVEvents KVEventsConfig `yaml:"kv_events" json:"kv_events"`
+	// APIs are the request shapes the replicas speak natively (see KnownAPIs): a Messages
+	// request to a pool without "messages" is translated to a chat completion, a Responses
+	// request to one without "responses" is refused. Must include "chat". Default all four,
+	// what vLLM serves.
+	APIs []string `yaml:"apis" json:"apis"`
 }
 
 // ReplicaConfig describes one upstream server.
@@ -168,6 +173,7 @@ func DefaultPoolConfig() PoolConfig {
 		ScrapeInterval: Duration(2 * time.Second),
 		AskStreamUsage: true,
 		KVEvents:       DefaultKVEventsConfig(),
+		APIs:           DefaultAPIs(),
 		Timeouts: TimeoutsConfig{
 			Connect:    Duration(2 * time.Second),
 			FirstByte:  Duration(20 * time.Second),
@@ -273,6 +279,7 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	if c.MaxInFlightPerReplica < 0 {
 		bad("max_in_flight_per_replica", "must be >= 0 (0 means unlimited), got %d", c.MaxInFlightPerReplica)
 	}
+	validateAPIs(c.APIs, bad)
 	if c.Prices != nil {
 		errs = append(errs, c.Prices.ValidateAt(path+".prices"))
 	}

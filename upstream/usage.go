@@ -10,28 +10,73 @@ import (
 
 // Usage is the token count a replica reported for one answer: the "usage"
 // object of an OpenAI-style response (the JSON body, or the stream's usage
-// chunk when the request asked for stream_options.include_usage).
+// chunk when the request asked for stream_options.include_usage), of an
+// Anthropic Messages answer, or of an OpenAI Responses answer (see
+// parseUsage for how their fields map).
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
 }
 
-// parseUsage reads the top-level "usage" object of one JSON document. full
-// is true when it holds both counts, non-negative (a usage object missing one
-// is no report to count or price); completion when at least
-// completion_tokens is there, which is enough for the picker's output count.
-// A document that is not JSON or has no usage, or a null one, has neither.
+// usageJSON holds the fields of every usage shape the gateway passes on.
+type usageJSON struct {
+	PromptTokens     *int `json:"prompt_tokens"`
+	CompletionTokens *int `json:"completion_tokens"`
+	InputTokens      *int `json:"input_tokens"`
+	OutputTokens     *int `json:"output_tokens"`
+	CacheRead        *int `json:"cache_read_input_tokens"`
+	CacheCreation    *int `json:"cache_creation_input_tokens"`
+}
+
+// parseUsage reads the usage object of one JSON document: its top-level
+// "usage", else that of its "message" (Anthropic's message_start event) or
+// its "response" (the Responses API's response.completed event). full is true
+// when it holds both counts, non-negative (a usage object missing one is no
+// report to count or price); completion when at least the output count is
+// there, which is enough for the picker's output count. A document that is
+// not JSON or has no usage, or a null one, has neither.
+//
+// Chat and completions report prompt_tokens and completion_tokens. Anthropic
+// reports input_tokens, output_tokens and, apart from input_tokens, the
+// prompt tokens read from and written to its cache: PromptTokens is their sum,
+// every prompt token, as chat's prompt_tokens counts cached ones too. The
+// Responses API reports input_tokens (cached ones included) and
+// output_tokens.
 func parseUsage(doc []byte) (u Usage, full, completion bool) {
-	var v struct {
-		Usage *struct {
-			PromptTokens     *int `json:"prompt_tokens"`
-			CompletionTokens *int `json:"completion_tokens"`
-		} `json:"usage"`
+	type nested struct {
+		Usage *usageJSON `json:"usage"`
 	}
-	if json.Unmarshal(doc, &v) != nil || v.Usage == nil {
+	var v struct {
+		Usage    *usageJSON `json:"usage"`
+		Message  *nested    `json:"message"`
+		Response *nested    `json:"response"`
+	}
+	if json.Unmarshal(doc, &v) != nil {
 		return Usage{}, false, false
 	}
-	p, c := v.Usage.PromptTokens, v.Usage.CompletionTokens
+	uj := v.Usage
+	switch {
+	case uj != nil:
+	case v.Message != nil && v.Message.Usage != nil:
+		uj = v.Message.Usage
+	case v.Response != nil && v.Response.Usage != nil:
+		uj = v.Response.Usage
+	default:
+		return Usage{}, false, false
+	}
+	p, c := uj.PromptTokens, uj.CompletionTokens
+	if c == nil {
+		c = uj.OutputTokens
+	}
+	if p == nil && uj.InputTokens != nil {
+		sum := *uj.InputTokens
+		for _, extra := range []*int{uj.CacheRead, uj.CacheCreation} {
+			if extra != nil && *extra > 0 {
+				sum += *extra
+			}
+		}
+		p = &sum
+	}
 	if c == nil || *c < 0 {
 		return Usage{}, false, false
 	}

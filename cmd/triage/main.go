@@ -154,7 +154,7 @@ type parts struct {
 }
 
 // build wires the gateway: in fleet mode the fleet's Redis state (budget, shared cache,
-// replica affinity), the two pools (each with the replica policy and admission its config
+// replica affinity, the Responses table), the two pools (each with the replica policy and admission its config
 // names, sharing picks and load through the fleet's affinity), the router over them with the
 // classifier, and the HTTP server, all registering their metrics on one registry. On error
 // everything built so far is released.
@@ -207,7 +207,11 @@ func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err 
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := server.New(cfg, server.Options{Router: rt, Logger: p.log, Registry: reg, Backends: p.backends, Listener: p.listener})
+	sopts := server.Options{Router: rt, Logger: p.log, Registry: reg, Backends: p.backends, Listener: p.listener}
+	if f != nil {
+		sopts.SharedResponses = f.Responses
+	}
+	srv, err := server.New(cfg, sopts)
 	if err != nil {
 		return nil, nil, err // New has closed the router
 	}
