@@ -85,6 +85,17 @@ type Config struct {
 	// Seed seeds the random source for jitter and fault injection. Requests
 	// arriving in the same order draw the same numbers.
 	Seed uint64 `yaml:"seed"`
+
+	// Role is the replica's side of vLLM's prefill/decode KV hand-off (see
+	// disagg.go): "prefill" answers a non-streaming request with
+	// kv_transfer_params.do_remote_decode with transfer parameters, "decode"
+	// decodes from such parameters without prefilling, "both" does either.
+	// Empty (the default): no KV connector, kv_transfer_params is ignored.
+	Role string `yaml:"role"`
+	// KVLease is how long a prefill replica keeps blocks for a remote decode;
+	// a decode with older parameters answers the wrong text, as vLLM's does.
+	// Default 30s.
+	KVLease time.Duration `yaml:"kv_lease"`
 }
 
 // DefaultConfig returns FastPreset.
@@ -108,6 +119,7 @@ func FastPreset() Config {
 		KVCacheBlocks:    4096,
 		CloseAfterChunks: 2,
 		Seed:             1,
+		KVLease:          30 * time.Second,
 	}
 }
 
@@ -217,6 +229,7 @@ func (c Config) ValidateAt(path string) error {
 	if c.CloseAfterChunks < 0 {
 		bad("close_after_chunks", "must be >= 0, got %d", c.CloseAfterChunks)
 	}
+	errs = append(errs, c.validateRole(path))
 	return errors.Join(errs...)
 }
 
@@ -242,4 +255,6 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.CloseMidStreamRate, "close-mid-stream-rate", c.CloseMidStreamRate, "fraction of streaming requests whose connection is cut before [DONE]")
 	fs.IntVar(&c.CloseAfterChunks, "close-after-chunks", c.CloseAfterChunks, "token chunks a cut stream delivers before the cut")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the random source for jitter and faults")
+	fs.StringVar(&c.Role, "role", c.Role, "side of the prefill/decode KV hand-off: prefill, decode, both, or empty for none")
+	fs.DurationVar(&c.KVLease, "kv-lease", c.KVLease, "how long a prefill replica keeps blocks for a remote decode")
 }
