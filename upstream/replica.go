@@ -86,6 +86,7 @@ type replica struct {
 	base    *url.URL
 	headers map[string]string // canonical names
 	weight  float64
+	role    string // RolePrefill, RoleDecode or RoleBoth
 	metrics *replicaMetrics
 
 	inFlight atomic.Int64
@@ -113,6 +114,7 @@ func newReplica(id string, rc ReplicaConfig, poolModel string) *replica {
 		base:    u,
 		headers: make(map[string]string, len(rc.Headers)),
 		weight:  rc.Weight,
+		role:    rc.role(),
 	}
 	if r.model == "" {
 		r.model = poolModel
