@@ -212,6 +212,13 @@ func ListenLocalPD(cfg Config, n, prefill int, log *slog.Logger) (*Local, error)
 	pc, dc := cfg, cfg
 	pc.Name, pc.Role = cfg.Name+"-prefill", RolePrefill
 	dc.Name, dc.Role, dc.Seed = cfg.Name+"-decode", RoleDecode, cfg.Seed+uint64(prefill)
+	if cfg.KVEventsEndpoint != "" {
+		// The decode replicas publish on the ports after the prefill replicas'.
+		var err error
+		if dc.KVEventsEndpoint, err = offsetPort(cfg.KVEventsEndpoint, prefill); err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+	}
 	pl, err := ListenLocal(pc, prefill, log)
 	if err != nil {
 		return nil, err
