@@ -45,6 +45,12 @@ type Config struct {
 	// Jitter is the half-width of the per-request speed factor, in [0, 1]:
 	// 0.5 makes a request between 0.5x and 1.5x the nominal latency.
 	Jitter float64 `yaml:"jitter"`
+	// PrefillInterference is how much each prefill running on the replica
+	// slows its decoding requests down: a decode step takes
+	// DecodePerToken × (1 + PrefillInterference × prefills running when the
+	// step starts), as a prefill's compute stalls the batch it shares (what
+	// prefill/decode disaggregation removes). 0 (the default): none. >= 0.
+	PrefillInterference float64 `yaml:"prefill_interference"`
 
 	// DefaultMaxTokens is the output length when a request sets neither
 	// max_tokens nor max_completion_tokens.
@@ -245,6 +251,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", c.PrefillPerToken, "prefill time per prompt token not in the prefix cache")
 	fs.DurationVar(&c.DecodePerToken, "decode-per-token", c.DecodePerToken, "time between two output tokens")
 	fs.Float64Var(&c.Jitter, "jitter", c.Jitter, "per-request latency factor drawn from [1-jitter, 1+jitter]")
+	fs.Float64Var(&c.PrefillInterference, "prefill-interference", c.PrefillInterference, "decode slowdown per prefill running on the replica (0: none)")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output tokens when the request sets no max_tokens")
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", c.MaxOutputTokens, "cap on output tokens per request")
 	fs.IntVar(&c.BlockChars, "block-chars", c.BlockChars, "prefix-cache block size in prompt bytes (4 bytes = 1 token)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -166,6 +167,15 @@ func (s *Server) countPromptSources(j *job) {
 	s.kvm.bySource[sourceLocalCompute].Add(float64(j.promptTokens - j.cachedTokens))
 }
 
+// decodeStep is the time of one decode step now: DecodePerToken stretched by
+// the prefills running on the replica (Config.PrefillInterference).
+func (s *Server) decodeStep() time.Duration {
+	if s.cfg.PrefillInterference == 0 {
+		return s.cfg.DecodePerToken
+	}
+	return scale(s.cfg.DecodePerToken, 1+s.cfg.PrefillInterference*float64(s.prefilling.Load()))
+}
+
 // kvMetrics are the hand-off's series, under vLLM's names.
 type kvMetrics struct {
 	bySource map[string]prometheus.Counter
@@ -191,6 +201,9 @@ func (c Config) validateRole(path string) error {
 	case "", RolePrefill, RoleDecode, RoleBoth:
 	default:
 		errs = append(errs, fmt.Errorf("%s.role: must be empty (no KV connector), %s, %s or %s, got %q", path, RolePrefill, RoleDecode, RoleBoth, c.Role))
+	}
+	if !(c.PrefillInterference >= 0) || math.IsInf(c.PrefillInterference, 1) {
+		errs = append(errs, fmt.Errorf("%s.prefill_interference: must be a finite number >= 0, got %v", path, c.PrefillInterference))
 	}
 	if c.KVLease <= 0 {
 		errs = append(errs, fmt.Errorf("%s.kv_lease: must be > 0, got %s", path, c.KVLease))

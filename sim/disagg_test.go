@@ -137,3 +137,13 @@ func TestListenLocalPD(t *testing.T) {
 	_, err = ListenLocalPD(zeroLatency(), 2, 2, nil)
 	require.ErrorContains(t, err, "leave none to decode")
 }
+
+func TestPrefillInterferenceStretchesDecodeSteps(t *testing.T) {
+	c := zeroLatency()
+	c.DecodePerToken, c.PrefillInterference = 10*time.Millisecond, 0.5
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Millisecond, s.decodeStep())
+	s.prefilling.Add(2)
+	require.Equal(t, 20*time.Millisecond, s.decodeStep(), "two prefills running: 1 + 0.5 x 2")
+}

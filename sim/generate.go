@@ -196,7 +196,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	s.metrics.prefixQueries.Add(float64(j.promptTokens))
 	s.metrics.prefixHits.Add(float64(j.cachedTokens))
 
-	if err := s.clock.Sleep(ctx, s.prefillDelay(j)); err != nil {
+	s.prefilling.Add(1)
+	err = s.clock.Sleep(ctx, s.prefillDelay(j))
+	s.prefilling.Add(-1)
+	if err != nil {
 		s.metrics.finished.WithLabelValues(finishAbort).Inc()
 		return
 	}
@@ -272,7 +275,7 @@ func idKind(kind endpoint) string {
 // kv as its kv_transfer_params when set. It returns the tokens sent (all or
 // none).
 func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, kv *kvTransferOut) (int, error) {
-	if err := s.clock.Sleep(ctx, s.delay(s.cfg.DecodePerToken*time.Duration(j.outTokens-1), j)); err != nil {
+	if err := s.clock.Sleep(ctx, s.delay(s.decodeStep()*time.Duration(j.outTokens-1), j)); err != nil {
 		return 0, err
 	}
 	text := generatedText(j.hash, j.outTokens)
@@ -338,7 +341,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, cut 
 			abort(i)
 		}
 		if i > 0 {
-			if err := s.clock.Sleep(ctx, s.delay(s.cfg.DecodePerToken, j)); err != nil {
+			if err := s.clock.Sleep(ctx, s.delay(s.decodeStep(), j)); err != nil {
 				return i, err
 			}
 		}

@@ -63,6 +63,7 @@ type Server struct {
 	prefixQueries atomic.Int64
 	prefixHits    atomic.Int64
 	slowdown      atomic.Uint64 // math.Float64bits of SetSlowdown's factor; 0 means 1
+	prefilling    atomic.Int64  // requests in their prefill now (Config.PrefillInterference)
 
 	closed    context.Context // done after Close
 	close     context.CancelFunc
