@@ -187,14 +187,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 		hashes = BlockHashes(req.prompt, s.cfg.BlockChars)
 	}
 	s.applyKV(j, kv)
-	if !j.transferred {
+	if !j.transferred { // a decode of transferred blocks looks nothing up
 		j.cachedTokens = min(s.cache.match(hashes)*s.cfg.BlockChars/4, j.promptTokens)
+		s.prefixQueries.Add(int64(j.promptTokens))
+		s.prefixHits.Add(int64(j.cachedTokens))
+		s.metrics.prefixQueries.Add(float64(j.promptTokens))
+		s.metrics.prefixHits.Add(float64(j.cachedTokens))
 	}
 	s.countPromptSources(j)
-	s.prefixQueries.Add(int64(j.promptTokens))
-	s.prefixHits.Add(int64(j.cachedTokens))
-	s.metrics.prefixQueries.Add(float64(j.promptTokens))
-	s.metrics.prefixHits.Add(float64(j.cachedTokens))
 
 	s.prefilling.Add(1)
 	err = s.clock.Sleep(ctx, s.prefillDelay(j))
