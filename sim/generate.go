@@ -196,9 +196,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	}
 	s.countPromptSources(j)
 
-	s.prefilling.Add(1)
+	computes := int64(1) // a decode of transferred blocks computes no prefill to stall others with
+	if j.transferred {
+		computes = 0
+	}
+	s.prefilling.Add(computes)
 	err = s.clock.Sleep(ctx, s.prefillDelay(j))
-	s.prefilling.Add(-1)
+	s.prefilling.Add(-computes)
 	if err != nil {
 		s.metrics.finished.WithLabelValues(finishAbort).Inc()
 		return
