@@ -7,6 +7,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/triage-gw/triage/upstream"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // Headers of an answer from a disaggregated pool (see upstream.DisaggregationConfig). The
@@ -36,4 +37,34 @@ func setDisaggHeaders(c *fiber.Ctx, resp *upstream.Response) {
 		return
 	}
 	c.Append(fiber.HeaderServerTiming, fmt.Sprintf("decode;desc=%s;dur=%s", strconv.Quote(resp.ReplicaID), millis(resp.TTFB)))
+}
+
+// legTrace is one leg policy's latest decisions in GET /admin/trace.
+type legTrace struct {
+	Policy  string               `json:"policy"`
+	Records []policy.TraceRecord `json:"records"`
+}
+
+// legTraces returns a disaggregated pool's prefill and decode decisions, up to limit each; nil
+// for a pool that is not disaggregated or traces nothing.
+func legTraces(p *upstream.Pool, d upstream.DisaggregationConfig, limit int) (prefill, decode *legTrace) {
+	leg := func(name string, tr *policy.Tracer) *legTrace {
+		if tr == nil {
+			return nil
+		}
+		records := tr.Recent(min(limit, tr.Capacity()))
+		if records == nil {
+			records = []policy.TraceRecord{}
+		}
+		return &legTrace{Policy: name, Records: records}
+	}
+	return leg(d.PrefillPolicy, p.PrefillTracer()), leg(d.DecodePolicy, p.DecodeTracer())
+}
+
+// poolConfig is the configuration of p, one of the server's pools.
+func (s *Server) poolConfig(p *upstream.Pool) upstream.PoolConfig {
+	if p == s.slow {
+		return s.cfg.Pools.Slow
+	}
+	return s.cfg.Pools.Fast
 }

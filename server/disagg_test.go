@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -32,6 +33,7 @@ func TestDisaggregatedHeaders(t *testing.T) {
 	cfg := testConfig([]string{prefill, pdSim(t, "d", sim.RoleDecode)}, []string{simUpstream(t, "slow", "model-slow")})
 	cfg.Pools.Fast.Replicas[0].Role = upstream.RolePrefill
 	cfg.Pools.Fast.Replicas[1].Role = upstream.RoleDecode
+	cfg.Pools.Fast.Policy.Trace.Enabled = true
 	model := newFakeModel("v1")
 	s, url, stop := run(t, cfg, testOptions{load: func() (router.Model, error) { return model, nil }})
 	t.Cleanup(func() { stop() })
@@ -50,9 +52,26 @@ func TestDisaggregatedHeaders(t *testing.T) {
 		require.True(t, strings.Contains(string(body), "choices"), string(body))
 	}
 
+	// The decision trace carries both legs' picks.
+	resp, body := do(t, "GET", url+"/admin/trace?pool=fast", "", nil, "Authorization", "Bearer "+testToken)
+	require.Equal(t, 200, resp.StatusCode, string(body))
+	var tr struct {
+		Prefill, Decode struct {
+			Policy  string
+			Records []struct{ Chosen struct{ ID string } }
+		}
+	}
+	require.NoError(t, json.Unmarshal(body, &tr))
+	require.Equal(t, "prefix-cache", tr.Prefill.Policy)
+	require.Equal(t, "least-request", tr.Decode.Policy)
+	require.Len(t, tr.Prefill.Records, 2)
+	require.Len(t, tr.Decode.Records, 2)
+	require.Equal(t, "fast-0", tr.Prefill.Records[0].Chosen.ID)
+	require.Equal(t, "fast-1", tr.Decode.Records[0].Chosen.ID)
+
 	// With the prefill replica drained, the request runs whole on the decode replica.
 	require.NoError(t, s.router.Fast().Drain("fast-0"))
-	resp, body := postJSON(t, url+"/v1/chat/completions", `{"model":"model-fast","messages":[{"role":"user","content":"hello"}]}`)
+	resp, body = postJSON(t, url+"/v1/chat/completions", `{"model":"model-fast","messages":[{"role":"user","content":"hello"}]}`)
 	require.Equal(t, 200, resp.StatusCode, string(body))
 	require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
 	require.Equal(t, string(upstream.FallbackNoPrefillReplica), resp.Header.Get(HeaderPDFallback))
