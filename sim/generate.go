@@ -201,9 +201,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 		computes = 0
 	}
 	s.prefilling.Add(computes)
-	err = s.clock.Sleep(ctx, s.prefillDelay(j))
+	slept := s.clock.Sleep(ctx, s.prefillDelay(j))
 	s.prefilling.Add(-computes)
-	if err != nil {
+	if slept != nil {
 		s.metrics.finished.WithLabelValues(finishAbort).Inc()
 		return
 	}
