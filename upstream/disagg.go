@@ -308,14 +308,14 @@ func (p *Pool) prefillLeg(ctx context.Context, fr *ForwardRequest, ms []member) 
 	return nil, leg, FallbackPrefillError, nil
 }
 
-// PrefillTracer and DecodeTracer return the decision tracers of a
-// disaggregated pool's leg policies (see Tracer); nil when tracing is off or
-// the pool is not disaggregated.
+// PrefillTracer returns the decision tracer of a disaggregated pool's prefill
+// policy (see Tracer); nil when tracing is off or the pool is not
+// disaggregated.
 func (p *Pool) PrefillTracer() *policy.Tracer {
 	return p.legTracer(func(d *disagg) policy.Picker { return d.prefill.picker })
 }
 
-// DecodeTracer: see PrefillTracer.
+// DecodeTracer is PrefillTracer for the decode policy.
 func (p *Pool) DecodeTracer() *policy.Tracer {
 	return p.legTracer(func(d *disagg) policy.Picker { return d.decode.picker })
 }
