@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/sim"
+	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // exchange is one request a replica received and what it answered so far.
@@ -161,8 +162,14 @@ func jsonMembers(t *testing.T, body []byte) map[string]json.RawMessage {
 
 func doPD(t *testing.T, f *poolFixture, path, body string) (*Response, []byte) {
 	t.Helper()
+	return doPDRouted(t, f, path, body, "")
+}
+
+// doPDRouted is doPD with prompt as the routing prompt (what prefix policies hash).
+func doPDRouted(t *testing.T, f *poolFixture, path, body, prompt string) (*Response, []byte) {
+	t.Helper()
 	resp, err := f.pool.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: path, Body: []byte(body),
-		SetModel: true})
+		SetModel: true, Routing: policy.Request{Prompt: prompt}})
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -372,4 +379,35 @@ func TestLegBodies(t *testing.T) {
 		_, got := kvParams([]byte(answer))
 		require.Equal(t, ok, got, answer)
 	}
+}
+
+// The prefill leg goes where the prompt's prefix is: a conversation's turns
+// prefill on the replica that prefilled the turns before, whatever the load.
+func TestPrefillFollowsThePrefix(t *testing.T) {
+	_, p0 := pdReplica(t, "p0", sim.RolePrefill, nil)
+	_, p1 := pdReplica(t, "p1", sim.RolePrefill, nil)
+	_, du := pdReplica(t, "d", sim.RoleDecode, nil)
+	cfg := pdConfig(ReplicaConfig{URL: p0, ID: "p0", Role: RolePrefill}, ReplicaConfig{URL: p1, ID: "p1", Role: RolePrefill},
+		ReplicaConfig{URL: du, ID: "d0", Role: RoleDecode})
+	cfg.Policy.Trace.Enabled = true
+	f := newFixture(t, cfg, nil, nil)
+	long := strings.Repeat("A system prompt long enough to fill several prefix blocks. ", 8)
+	first := ""
+	for turn := range 4 {
+		prompt := long + strings.Repeat(" and then?", turn)
+		resp, b := doPDRouted(t, f, "/v1/completions", `{"model":"m","prompt":`+strconv.Quote(prompt)+`,"max_tokens":2}`, prompt)
+		require.Equal(t, 200, resp.Status, string(b))
+		require.NotNil(t, resp.Prefill)
+		if first == "" {
+			first = resp.Prefill.ReplicaID
+		}
+		require.Equal(t, first, resp.Prefill.ReplicaID, "turn %d", turn)
+	}
+	tr := f.pool.PrefillTracer()
+	require.NotNil(t, tr)
+	recs := tr.Recent(10)
+	require.Len(t, recs, 4)
+	require.Equal(t, "prefix-match", recs[3].Note)
+	require.NotNil(t, f.pool.DecodeTracer())
+	require.Empty(t, f.pool.Tracer().Recent(10), "no request ran whole")
 }
