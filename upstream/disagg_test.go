@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -410,4 +411,46 @@ func TestPrefillFollowsThePrefix(t *testing.T) {
 	require.Equal(t, "prefix-match", recs[3].Note)
 	require.NotNil(t, f.pool.DecodeTracer())
 	require.Empty(t, f.pool.Tracer().Recent(10), "no request ran whole")
+}
+
+// In fleet mode a prefill pick is shared as the prefill policy saw it and steers another
+// gateway's prefill policy, not its pool policy: the prompt's next turn prefills on the same
+// replica from either gateway.
+func TestPrefillPicksAreSharedInAFleet(t *testing.T) {
+	_, p0 := pdReplica(t, "p0", sim.RolePrefill, nil)
+	_, p1 := pdReplica(t, "p1", sim.RolePrefill, nil)
+	_, du := pdReplica(t, "d", sim.RoleDecode, nil)
+	cfg := pdConfig(ReplicaConfig{URL: p0, ID: "p0", Role: RolePrefill}, ReplicaConfig{URL: p1, ID: "p1", Role: RolePrefill},
+		ReplicaConfig{URL: du, ID: "d0", Role: RoleDecode})
+	gw := func(ff *fakeFleet) *Pool {
+		p, err := New(cfg, Options{Logger: slog.New(slog.DiscardHandler), Picks: ff, Remote: ff})
+		require.NoError(t, err)
+		return p
+	}
+	ffa, ffb := &fakeFleet{}, &fakeFleet{}
+	a, b := gw(ffa), gw(ffb)
+	prompt := strings.Repeat("A system prompt shared by every turn of the conversation. ", 6)
+	ask := func(p *Pool, turn string) string {
+		resp, err := p.Do(context.Background(), &ForwardRequest{Method: http.MethodPost, Path: "/v1/completions", SetModel: true,
+			Body: []byte(`{"prompt":` + strconv.Quote(prompt+turn) + `,"max_tokens":2}`), Routing: policy.Request{Prompt: prompt + turn}})
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.NotNil(t, resp.Prefill)
+		return resp.Prefill.ReplicaID
+	}
+	first := ask(a, "")
+	var shared bool
+	for _, o := range ffa.published() {
+		if o.ReplicaID == first {
+			require.True(t, b.ObservePick(o), "gateway b's prefill policy takes gateway a's prefill pick")
+			shared = true
+		}
+	}
+	require.True(t, shared, "the prefill pick was published: %v", ffa.published())
+	// Without the shared pick b's prefill policy has no match and takes turns between the two.
+	for range 3 {
+		require.Equal(t, first, ask(b, " and another turn"))
+	}
 }

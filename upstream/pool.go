@@ -427,7 +427,7 @@ func (p *Pool) acquireBy(ch *chooser, req *policy.Request, exclude []string) (r 
 		r := reps[i]
 		if r.tryAcquire(limit) {
 			r.metrics.inflight.Inc()
-			p.publishPick(req, r)
+			p.publishPick(ch, req, r)
 			p.expectBlocks(req, r)
 			return r, cands[i].InFlight, nil
 		}
