@@ -155,7 +155,7 @@ func (b *responseBody) Close() error {
 		tokens = b.tokens.count()
 	}
 	// Only a 2xx answer ran the model; an error body's missing usage is no gap.
-	rep := report{answered: b.status >= 200 && b.status < 300}
+	rep := report{answered: b.status >= 200 && b.status < 300, unpriced: b.a.unpriced}
 	rep.usage, rep.metered = b.tokens.reported()
 	eof := b.eof
 	b.mu.Unlock()

@@ -267,7 +267,9 @@ func (p *Pool) prefillLeg(ctx context.Context, fr *ForwardRequest, ms []member) 
 	lctx, cancel := context.WithTimeoutCause(ctx, p.pd.cfg.LegDeadline.Std(), errLegDeadline)
 	defer cancel()
 	start := time.Now()
-	resp, err := p.sendBy(lctx, &p.pd.prefill, pfr, pdoc, r, load).result(false)
+	a := p.sendBy(lctx, &p.pd.prefill, pfr, pdoc, r, load)
+	a.unpriced = true // the decode leg's usage is the request's: prompt and output
+	resp, err := a.result(false)
 	var answer []byte
 	if err == nil {
 		if resp.Status >= 200 && resp.Status < 300 {

@@ -454,3 +454,26 @@ func TestPrefillPicksAreSharedInAFleet(t *testing.T) {
 		require.Equal(t, first, ask(b, " and another turn"))
 	}
 }
+
+// Both legs' tokens are counted on their replicas; only the decode leg's, which are the
+// request's, are priced, so a disaggregated request costs what it would whole.
+func TestPrefillLegIsCountedNotPriced(t *testing.T) {
+	_, pu := pdReplica(t, "p", sim.RolePrefill, nil)
+	_, du := pdReplica(t, "d", sim.RoleDecode, nil)
+	cfg := pdConfig(ReplicaConfig{URL: pu, ID: "p0", Role: RolePrefill}, ReplicaConfig{URL: du, ID: "d0", Role: RoleDecode})
+	in, out := 1e6, 2e6 // 1 per prompt token, 2 per output token
+	cfg.Prices = &Prices{InputPerMillion: &in, OutputPerMillion: &out}
+	f := newFixture(t, cfg, nil, nil)
+	body, prompt := pdBody("/v1/completions", false, "")
+	resp, b := doPD(t, f, "/v1/completions", body)
+	require.Equal(t, 200, resp.Status, string(b))
+	n := float64(sim.CountTokens(prompt))
+	tokens := func(replica, kind string) float64 {
+		return f.metric(t, "triage_upstream_tokens_total", map[string]string{"pool": "test", "replica": replica, "kind": kind})
+	}
+	require.Equal(t, n, tokens("p0", "prompt"))
+	require.Equal(t, 1.0, tokens("p0", "completion"))
+	require.Equal(t, n, tokens("d0", "prompt"))
+	require.Equal(t, 6.0, tokens("d0", "completion"))
+	require.Equal(t, n+2*6, f.metric(t, "triage_upstream_cost_total", map[string]string{"pool": "test"}))
+}

@@ -243,6 +243,9 @@ type attempt struct {
 	fail outcome // with err
 	// ended is how the try ended, for the retry rule and triage_upstream_tries_total.
 	ended tryOutcome
+	// unpriced: a prefill leg, whose usage the decode leg's repeats; its
+	// tokens are counted, not priced.
+	unpriced bool
 }
 
 // send makes one attempt on r, which acquire has already charged; load is

@@ -452,6 +452,7 @@ type report struct {
 	answered bool  // a 2xx answer: the model ran
 	usage    Usage // with metered: the replica's own numbers
 	metered  bool
+	unpriced bool // a prefill leg: its tokens are counted, the decode leg's are priced
 }
 
 // release ends one picked request: in-flight count, outcome metric, token
@@ -463,7 +464,7 @@ func (p *Pool) release(ch *chooser, r *replica, req *policy.Request, o outcome, 
 	r.metrics.outcomes[o].Inc()
 	switch {
 	case rep.metered:
-		p.account(r, rep.usage)
+		p.account(r, rep.usage, !rep.unpriced)
 	case rep.answered:
 		r.metrics.unmetered.Inc()
 	}
@@ -472,11 +473,14 @@ func (p *Pool) release(ch *chooser, r *replica, req *policy.Request, o outcome, 
 	}
 }
 
-// account counts one answer's tokens and what they cost: at this pool's
-// prices, and at the baseline's (Options.BaselinePrices).
-func (p *Pool) account(r *replica, u Usage) {
+// account counts one answer's tokens and, when priced, what they cost: at
+// this pool's prices, and at the baseline's (Options.BaselinePrices).
+func (p *Pool) account(r *replica, u Usage, priced bool) {
 	r.metrics.promptTokens.Add(float64(u.PromptTokens))
 	r.metrics.completionTokens.Add(float64(u.CompletionTokens))
+	if !priced {
+		return
+	}
 	if p.cost != nil {
 		p.cost.Add(p.cfg.Prices.Cost(u))
 	}
