@@ -275,8 +275,11 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
     """Under concurrent streamed load the engines' running count and KV-cache use move; the
     gateway's scraped gauges show the same numbers (within a scrape), and least-kv-cache
     decides on them rather than falling back to least-request."""
-    n, tokens = 6, 1200
-    prompt = " ".join(["Tell me about the harbour and the whale."] * 30)
+    # 4 x (~100 + 1,500) tokens = 200 of the 256 blocks even if every stream lands on one engine
+    # (least-kv-cache sends a burst within one scrape interval to the same replica), so no
+    # stream is preempted; each lasts several seconds, many scrapes.
+    n, tokens = 4, 1500
+    prompt = " ".join(["Tell me about the harbour and the whale."] * 10)
 
     def stream(i):
         s = client.completions.create(model="auto", prompt=f"{prompt} ({i})", max_tokens=tokens, stream=True,
@@ -302,9 +305,9 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
                 # request sent now is its pool's latest, decided on that signal.
                 raw = client.completions.with_raw_response.create(model="auto", prompt="Probe.", max_tokens=1)
                 probe = (raw.headers["x-router-path"], raw.headers["x-router-replica"])
-            # Busy engines, and the gateway's latest scrape of each replica in
+            # A busy engine, and the gateway's latest scrape of each replica in
             # both pools saying the same running count and about the same KV use.
-            if matched is None and sum(r for r, _ in own.values()) >= 2 and all(
+            if matched is None and sum(r for r, _ in own.values()) >= 1 and all(
                     running.get((p, name)) == own[name][0] and abs(kv.get((p, name), -1) - own[name][1]) <= 0.15
                     and age.get((p, name), 99) <= 3 * SCRAPE_INTERVAL
                     for p in PRICES for name in own):
