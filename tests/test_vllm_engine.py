@@ -53,9 +53,10 @@ class VLLMGateway:
     name: {name}
     model: {SERVED_NAME}
     replicas:{replicas}
-    health_check: {{interval: 1s, timeout: 1s, unhealthy_after: 2}}
+    health_check: {{interval: 2s, timeout: 2s, unhealthy_after: 3}}  # a busy engine's /health can lag
     passive_ejection: {{consecutive_failures: 1, cooldown: 120s}}
     scrape_interval: {SCRAPE_INTERVAL:g}s
+    timeouts: {{first_byte: 100s}}  # a non-streamed 1,000-token answer on a busy core
     prices: {{input_per_million: {i}, output_per_million: {o}}}
     policy:
       name: least-kv-cache
@@ -64,7 +65,7 @@ class VLLMGateway:
         cfg = tempfile.NamedTemporaryFile("w", prefix="triage-vllm-", suffix=".yaml", delete=False)
         # The classifier shares two cores with two engines here: a generous budget keeps every
         # request classified (a fallback route has no score headers), which is not what is tested.
-        cfg.write("routing:\n  classify_budget: 2s\npools:" + pool("fast") + pool("slow")
+        cfg.write("server:\n  request_timeout: 120s\nrouting:\n  classify_budget: 2s\npools:" + pool("fast") + pool("slow")
                   + f"\nadmin:\n  token: {ADMIN_TOKEN}\n")
         cfg.close()
         self.log = tempfile.NamedTemporaryFile(prefix="triage-vllm-", suffix=".log", delete=False)
@@ -272,28 +273,28 @@ def test_engine_4xx_reaches_the_client_and_ejects_nothing(client, gateway):
 
 
 def test_scraped_signals_follow_the_engines(client, gateway, engines):
-    """Under concurrent streamed load the engines' running count and KV-cache use move; the
-    gateway's scraped gauges show the same numbers (within a scrape), and least-kv-cache
-    decides on them rather than falling back to least-request."""
-    # 4 x (~100 + 1,500) tokens = 200 of the 256 blocks even if every stream lands on one engine
-    # (least-kv-cache sends a burst within one scrape interval to the same replica), so no
-    # stream is preempted; each lasts several seconds, many scrapes.
-    n, tokens = 4, 1500
-    prompt = " ".join(["Tell me about the harbour and the whale."] * 10)
+    """Under concurrent load the engines' running count and KV-cache use move; the gateway's
+    scraped gauges show the same numbers (within a scrape), and least-kv-cache decides on them
+    rather than falling back to least-request."""
+    # 4 x (~900 + 3,000) tokens, prompts unshared (the index comes first): ~490 of the 512
+    # blocks even if every request lands on one engine (least-kv-cache sends a burst within one
+    # scrape interval to the same replica), so none is preempted, and each holds ~6% of a cache
+    # from its prefill on. Not streamed: an engine's API server streaming tokens on a busy core
+    # answers /metrics late, and the samples below must be close in time.
+    n, tokens = 4, 3000
+    prompt = " ".join(["Tell me about the harbour and the whale."] * 64)
 
-    def stream(i):
-        s = client.completions.create(model="auto", prompt=f"{prompt} ({i})", max_tokens=tokens, stream=True,
-                                      stream_options={"include_usage": True}, extra_body=EXACT)
-        # Not the number of chunks: an engine behind on its stream sends several tokens in one.
-        return [c.usage.completion_tokens for c in s if c.usage][-1]
+    def request(i):
+        r = client.completions.create(model="auto", prompt=f"({i}) {prompt}", max_tokens=tokens, extra_body=EXACT)
+        return r.usage.completion_tokens
 
     seen_running, seen_kv, matched, samples, probe = 0.0, 0.0, None, [], None
     started = time.monotonic()
     with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(stream, i) for i in range(n)]
+        futures = [pool.submit(request, i) for i in range(n)]
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all(f.done() for f in futures):
-            own = {e.name: (e.gauge("vllm:num_requests_running"), e.gauge("vllm:kv_cache_usage_perc")) for e in engines}
+            own = {e.name: e.gauges("vllm:num_requests_running", "vllm:kv_cache_usage_perc") for e in engines}
             seen_running = max(seen_running, sum(r for r, _ in own.values()))
             seen_kv = max(seen_kv, max(k for _, k in own.values()))
             series = gateway.series()
@@ -301,9 +302,8 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
             kv = gateway.values("triage_upstream_scraped_kv_cache_usage_ratio", series)
             age = gateway.values("triage_upstream_scrape_age_seconds", series)
             samples.append((round(time.monotonic() - started, 2), own, running, kv, age))
-            if probe is None and sum(r for r, _ in own.values()) == n and max(kv.values(), default=0) > 0.05:
-                # Every stream placed and the gateway has scraped a filling cache: the pick of a
-                # request sent now is its pool's latest, decided on that signal.
+            if probe is None and max(kv.values(), default=0) > 0.05:
+                # The gateway has scraped a filling cache: a request sent now is picked on it.
                 raw = client.completions.with_raw_response.create(model="auto", prompt="Probe.", max_tokens=1)
                 probe = (raw.headers["x-router-path"], raw.headers["x-router-replica"])
             # A busy engine, and the gateway's latest scrape of each replica in
@@ -329,11 +329,15 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
 
     assert probe is not None, "the gateway never scraped a KV use above 5%"
     path, replica = probe
-    last = gateway.trace(path)["records"][-1]
-    assert last.get("note") != "fallback", "least-kv-cache fell back to least-request: its signals were stale"
-    assert last["lower_is_better"] and last["chosen"]["id"] == replica
-    scores = [c["score"] for c in last["top"]]
-    assert max(scores) > 0.05 and last["chosen"]["score"] == min(scores), last
+    records = gateway.trace(path)["records"]
+    assert all(r["lower_is_better"] for r in records)
+    # The probe's pick (a stream's pick may have come after it): on the KV signal, not the
+    # least-request fallback of stale signals, a cache in use among the candidates, and the
+    # emptiest one chosen.
+    on_kv = [r for r in records if r.get("note") != "fallback" and r["chosen"]["id"] == replica
+             and max(c["score"] for c in r["top"]) > 0.05]
+    assert on_kv, f"no pick on a KV signal above 5% sent to {replica}: {records[-8:]}"
+    assert all(r["chosen"]["score"] == min(c["score"] for c in r["top"]) for r in on_kv), on_kv
 
     # Idle again: the engines' gauges and then the gateway's return to 0.
     deadline = time.monotonic() + 30
@@ -368,7 +372,7 @@ def test_killed_engine_costs_no_unstarted_request(client, gateway, engines):
     assert gateway.total("triage_upstream_retries_total") > retries, "the kill forced no retry: it hit no request"
     ejected = gateway.values("triage_upstream_ejections_total")
     assert any(v >= 1 for (p, name), v in ejected.items() if name == victim.name), ejected
-    deadline = time.monotonic() + 10  # active checks (1s, 2 failures) mark it unhealthy in both pools
+    deadline = time.monotonic() + 20  # active checks (2s, 3 failures) mark it unhealthy in both pools
     while time.monotonic() < deadline and any(
             v != 0 for (p, name), v in gateway.values("triage_upstream_replica_healthy").items() if name == victim.name):
         time.sleep(0.25)
