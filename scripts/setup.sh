@@ -12,7 +12,7 @@
 #
 # `aiperf` (a 1.2 GB test-only venv) is not part of the default set either: make test
 # and make bench-aiperf run it. Nor is `vllm` (the vLLM CPU engine and a tiny model for
-# the engine suite, ~6.6 GB in a machine-wide cache, see step_vllm): make test runs it.
+# the engine suite, ~6.3 GB in a machine-wide cache, see step_vllm): make test runs it.
 # `prom`, `redis` and `docker` are not part of the default set: they install Debian
 # packages (prometheus: promtool and the server, for the deploy/ checks; redis-server:
 # fleet mode's tests; docker: the engine, docker-compose and debootstrap, for the image
@@ -178,7 +178,7 @@ step_aiperf() {
 }
 
 # vLLM's CPU engine and a tiny Llama model built here, for the engine suite
-# (tests/test_vllm_engine.py, make test-vllm). The venv is ~6.5 GB (PyPI's torch is its CUDA
+# (tests/test_vllm_engine.py, make test-vllm). The venv is 6.3 GB (PyPI's torch is its CUDA
 # build and brings ~2.7 GB of nvidia-* wheels it needs only to import), so it does not go into
 # .deps/ (every CI run is a fresh clone): it lives in a machine-wide cache, one folder per lock
 # file ($TRIAGE_CACHE_DIR, default /var/cache/triage/vllm-<sha256 of the lock, 12 hex>/), shared
@@ -187,8 +187,8 @@ step_aiperf() {
 # trained on train/examples/operator-example.jsonl) goes beside it, keyed by the script, its
 # corpus and the lock, linked from .deps/tiny-llama. A folder is complete only once its .complete
 # stamp is written; builds hold an flock so parallel runs wait for each other.
-# Cold: about 4 minutes on 2 cores (downloads ~3.3 GB of wheels, pip's cache off so they are not
-# kept twice) and 6.6 GB of disk; warm: under a second.
+# Cold: about 3 minutes on 2 cores (measured 2:58 and 3:04), ~3.3 GB of wheels downloaded (pip's
+# cache off, so they are not kept twice) and 6.3 GB of disk; warm: 0.1 s.
 VLLM_CACHE="${TRIAGE_CACHE_DIR:-/var/cache/triage}"
 step_vllm() {
   STEP=vllm
@@ -212,7 +212,7 @@ step_vllm() {
   if [ ! -f "$venv/.complete" ]; then
     rm -rf "$venv"
     python3 -m venv "$venv" || fail "python3 -m venv $venv"
-    say "installing tests/vllm/requirements.lock into $venv (hash-checked; ~3.3 GB download, 6.5 GB on disk)"
+    say "installing tests/vllm/requirements.lock into $venv (hash-checked; ~3.3 GB download, 6.3 GB on disk, ~3 min)"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps \
       --require-hashes --only-binary=:all: -r "$lock" || fail "pip install -r tests/vllm/requirements.lock"
     "$venv/bin/python" -c 'import vllm.entrypoints.openai.api_server' >"$venv/import.log" 2>&1 \
