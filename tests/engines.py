@@ -128,7 +128,7 @@ class Engine:
     def metrics(self, prefix=""):
         """The engine's own /metrics as {name: [(labels, value)]}, text format; only the names
         that start with prefix (parsing all of it takes a while on a busy core)."""
-        text = httpx.get(self.url + "/metrics", timeout=5.0).text
+        text = httpx.get(self.url + "/metrics", timeout=10.0).text
         out = {}
         for line in text.splitlines():
             if not line.startswith(prefix) or not line or line.startswith("#"):
