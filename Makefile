@@ -9,6 +9,8 @@ VENV  := $(DEPS)/venv
 # daulet/tokenizers links libtokenizers.a; onnxruntime_go dlopens the .so by path.
 export CGO_ENABLED := 1
 export CGO_LDFLAGS := -L$(DEPS)/tokenizers
+# upstream/kvevents' interop test publishes with the pyzmq and msgspec vLLM itself uses.
+export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
@@ -40,7 +42,7 @@ run: build
 	bin/triage --simulate $(ARGS)
 
 ## set up and run the whole test suite, what CI runs (the quick checks, Go with -race, fuzzing, notebook, Python clients, two real vLLM engines, image and compose stack)
-test: setup check test-go test-fuzz test-notebook test-train-example test-python test-vllm test-docker
+test: setup setup-vllm check test-go test-fuzz test-notebook test-train-example test-python test-vllm test-docker
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
