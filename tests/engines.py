@@ -75,6 +75,8 @@ class Engine:
             "HF_HUB_OFFLINE": "1",  # the model is a local folder; no hub is reachable anyway
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
+            # Keep /v1/responses answers so previous_response_id works (in memory, this engine only).
+            "VLLM_ENABLE_RESPONSES_API_STORE": "1",
         })
         return env
 

@@ -21,6 +21,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import anthropic
 import httpx2 as httpx
 import openai
 import pytest
@@ -245,6 +246,58 @@ def test_token_counters_equal_engine_usage(client, gateway, engines):
     engine_after = engine_tokens(engines)
     assert (engine_after[0] - engine_before[0], engine_after[1] - engine_before[1]) == (
         sum(u[0] for u in used.values()), sum(u[1] for u in used.values())), "the engines' own counters"
+
+
+def test_anthropic_messages_on_the_engine(gateway, engines):
+    """Anthropic's SDK through the gateway to vLLM's native /v1/messages, streamed and not: the
+    routing headers are there, the answer is the engine's, and the gateway's token counters grow
+    by exactly what the engines' own counters say they computed (whatever the Anthropic usage
+    fields call it)."""
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0, timeout=120)
+    before = (gateway.total("triage_upstream_tokens_total", kind="prompt"),
+              gateway.total("triage_upstream_tokens_total", kind="completion"))
+    engine_before = engine_tokens(engines)
+    raw = claude.messages.with_raw_response.create(
+        model="auto", max_tokens=6, system="You are terse.",
+        messages=[{"role": "user", "content": SLOW_PROMPT + " (messages)"}], extra_body=EXACT)
+    msg = raw.parse()
+    check_headers(raw.headers)
+    assert raw.headers["x-router-path"] == "slow", "the last user turn is classified, not the system prompt"
+    assert msg.type == "message" and msg.role == "assistant" and msg.content[0].type == "text"
+    assert msg.usage.output_tokens == 6 and msg.usage.input_tokens > 0
+    with claude.messages.stream(model="auto", max_tokens=5,
+                                messages=[{"role": "user", "content": FAST_PROMPT + " (messages stream)"}],
+                                extra_body=EXACT) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.usage.output_tokens == 5
+    engine_after = engine_tokens(engines)
+    after = (gateway.total("triage_upstream_tokens_total", kind="prompt"),
+             gateway.total("triage_upstream_tokens_total", kind="completion"))
+    assert (after[0] - before[0], after[1] - before[1]) == (
+        engine_after[0] - engine_before[0], engine_after[1] - engine_before[1]), "the engines' own counters"
+
+
+def test_responses_chain_stays_on_the_engine_that_stored_it(gateway):
+    """OpenAI's Responses through the gateway to vLLM's /v1/responses: three turns chained by
+    previous_response_id all succeed, because each continuation goes to the engine holding the
+    stored response (vLLM keeps it in memory, on that engine only); a stream works too."""
+    oai = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    replicas, previous = set(), None
+    for turn in ("Name a colour.", "Name another one.", "And a third?"):
+        raw = oai.responses.with_raw_response.create(
+            model="auto", input=turn, max_output_tokens=4, store=True, temperature=0,
+            **({"previous_response_id": previous} if previous else {}))
+        assert raw.status_code == 200
+        resp = raw.parse()
+        # max_output_tokens reached reads "incomplete": an answer all the same.
+        assert resp.status in ("completed", "incomplete") and resp.id
+        replicas.add(raw.headers["x-router-replica"])
+        previous = resp.id
+    assert len(replicas) == 1, f"a conversation's turns must stay on one engine, went to {replicas}"
+    events = list(oai.responses.create(model="auto", input=FAST_PROMPT, max_output_tokens=4, stream=True))
+    assert events[0].type == "response.created"
+    assert events[-1].type in ("response.completed", "response.incomplete")
 
 
 def test_engine_4xx_reaches_the_client_and_ejects_nothing(client, gateway):
