@@ -158,6 +158,12 @@ type TimeoutsConfig struct {
 	FirstByte Duration `yaml:"first_byte" json:"first_byte"`
 	// StreamIdle bounds each wait for more response body bytes. Default 60s.
 	StreamIdle Duration `yaml:"stream_idle" json:"stream_idle"`
+	// IdleConn is how long an idle connection to a replica is kept for reuse. It must be
+	// below the replicas' own keep-alive timeout: a replica that closes an idle connection
+	// just as the gateway sends a request on it makes that request fail after it was
+	// written, which is not retried by default (the replica may have read it). vLLM and
+	// SGLang serve with uvicorn, whose keep-alive is 5s. Default 4s.
+	IdleConn Duration `yaml:"idle_conn" json:"idle_conn"`
 }
 
 // DefaultPoolConfig returns a PoolConfig holding every default. Name, Model
@@ -188,6 +194,7 @@ func DefaultPoolConfig() PoolConfig {
 			Connect:    Duration(2 * time.Second),
 			FirstByte:  Duration(20 * time.Second),
 			StreamIdle: Duration(60 * time.Second),
+			IdleConn:   Duration(4 * time.Second),
 		},
 	}
 }
@@ -282,6 +289,9 @@ func (c *PoolConfig) ValidateAt(path string) error {
 	}
 	if c.Timeouts.FirstByte <= 0 {
 		bad("timeouts.first_byte", "must be > 0, got %s", c.Timeouts.FirstByte)
+	}
+	if c.Timeouts.IdleConn <= 0 {
+		bad("timeouts.idle_conn", "must be > 0, got %s", c.Timeouts.IdleConn)
 	}
 	if c.Timeouts.StreamIdle <= 0 {
 		bad("timeouts.stream_idle", "must be > 0, got %s", c.Timeouts.StreamIdle)

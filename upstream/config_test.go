@@ -94,3 +94,14 @@ func TestDisabledFeaturesNeedNoSettings(t *testing.T) {
 	cfg.ScrapeInterval = 0
 	require.NoError(t, cfg.Validate())
 }
+
+// Idle connections are dropped before a uvicorn-served replica (vLLM, SGLang: 5 s keep-alive)
+// closes them, so no request is written to a connection the replica is closing.
+func TestIdleConnTimeoutIsBelowUvicornsKeepAlive(t *testing.T) {
+	cfg := DefaultPoolConfig()
+	require.Less(t, cfg.Timeouts.IdleConn.Std(), 5*time.Second)
+	require.Equal(t, cfg.Timeouts.IdleConn.Std(), newTransport(cfg.Timeouts).IdleConnTimeout)
+	cfg.Name, cfg.Replicas = "p", []ReplicaConfig{{URL: "http://127.0.0.1:1"}}
+	cfg.Timeouts.IdleConn = 0
+	require.ErrorContains(t, cfg.ValidateAt("pools.fast"), "pools.fast.timeouts.idle_conn: must be > 0")
+}

@@ -217,7 +217,7 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 		TLSHandshakeTimeout: t.Connect.Std(),
 		MaxIdleConns:        0, // no global cap; per-host cap below
 		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     t.IdleConn.Std(), // below the replicas' keep-alive, see TimeoutsConfig
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   true,
 	}
