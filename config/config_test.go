@@ -418,6 +418,16 @@ func TestModelAliasMustNotBeAPoolsModel(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 }
 
+// A replica that never answers must be ejected by the first-byte timeout before the request
+// times out.
+func TestFirstByteMustBeShorterThanTheRequestTimeout(t *testing.T) {
+	cfg := simulated()
+	cfg.Server.RequestTimeout = 30 * time.Second
+	cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Minute)
+	err := cfg.Validate()
+	require.ErrorContains(t, err, "pools.slow.timeouts.first_byte: must be below server.request_timeout (30s), got 1m0s")
+}
+
 // TestPricesAreCheckedAtStartup: a pool's prices are both given, finite and >= 0, or the
 // gateway does not start; the error names each bad field. Without prices a pool has no cost
 // counters, which is not an error.

@@ -144,7 +144,7 @@ func exists(path string) bool {
 
 // decodeYAML decodes one YAML document over cfg, which holds the defaults: keys absent from
 // the document keep them. Unknown keys fail ("line 3: field lisen not found in type
-// config.ServerConfig"). An empty document changes nothing.
+// server.HTTPConfig"). An empty document changes nothing.
 func decodeYAML(data []byte, cfg *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node

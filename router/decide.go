@@ -279,6 +279,12 @@ func (r *Router) State() decision.State {
 // tokens unit), and how many requests there were.
 func (r *Router) SlowShare() (share float64, n int) { return r.share.Share() }
 
+// ShareCap returns the configured cap on the slow share (decision.max_slow_share, 0: none)
+// and the unit it is counted in (decision.share_unit).
+func (r *Router) ShareCap() (max float64, unit string) {
+	return r.cfg.Decision.MaxSlowShare, r.cfg.Decision.ShareUnit
+}
+
 // Threshold is the P(slow) a request must exceed to go slow under the current load.
 func (r *Router) Threshold() float64 {
 	return r.policy.Decide(decision.Score{Cutoff: r.cutoff()}, r.State()).Threshold

@@ -45,7 +45,7 @@ func bearerToken(v string) (string, bool) {
 }
 
 func (s *Server) handleReload(c *fiber.Ctx, _ *request) error {
-	ctx, cancel := context.WithTimeout(s.base, s.cfg.Server.RequestTimeout)
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.HTTP.RequestTimeout)
 	defer cancel()
 	res, err := s.router.Reload(ctx)
 	if err != nil {
@@ -147,9 +147,9 @@ func (s *Server) handleTrace(c *fiber.Ctx, _ *request) error {
 		return &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "unknown_pool", param: "pool",
 			message: fmt.Sprintf("pool: must be %q or %q, got %q", router.PathFast, router.PathSlow, name)}
 	}
-	path, policyName := router.PathFast, s.cfg.Pools.Fast.Policy.Name
+	path, policyName := router.PathFast, s.fast.PolicyName()
 	if p == s.slow {
-		path, policyName = router.PathSlow, s.cfg.Pools.Slow.Policy.Name
+		path, policyName = router.PathSlow, s.slow.PolicyName()
 	}
 	tr := p.Tracer()
 	if tr == nil {
@@ -210,6 +210,7 @@ type statusResponse struct {
 func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
 	st := s.router.State()
 	share, shareN := s.router.SlowShare()
+	shareMax, shareUnit := s.router.ShareCap()
 	resp := statusResponse{
 		ModelVersion:   s.router.Version(),
 		DecisionPolicy: s.router.Policy(),
@@ -221,8 +222,8 @@ func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
 			Threshold:       round6(s.router.Threshold()),
 			Share:           round6(share),
 			ShareRequests:   shareN,
-			ShareMax:        s.cfg.Decision.MaxSlowShare,
-			ShareUnit:       s.cfg.Decision.ShareUnit,
+			ShareMax:        shareMax,
+			ShareUnit:       shareUnit,
 			BudgetThreshold: round6(st.BudgetThreshold),
 		},
 		BatcherQueue: st.QueueLen,

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/config"
 )
 
 // TestSlowShareBudget routes requests that the model all calls slow under a 25% cap: once the
@@ -18,7 +17,7 @@ import (
 // reason budget_shedding; /v1/classify, the metrics and the admin status explain the
 // threshold's parts.
 func TestSlowShareBudget(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Decision.MaxSlowShare = 0.25
 		c.Decision.ShareWindow = time.Hour
 	})
@@ -83,7 +82,7 @@ func TestSlowShareTokens(t *testing.T) {
 			json.NewEncoder(w).Encode(out)
 		}
 	}
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Decision.ShareUnit = "tokens" // no cap: the share is measured only
 	})
 	ts.fast.onGenerate, ts.slow.onGenerate = answer(10), answer(30)

@@ -78,7 +78,7 @@ func (s *Server) execute(ctx context.Context, r *router.Route, in textInput, rou
 	}
 	body, err := json.Marshal(executeRequest{
 		Messages:  []executeMessage{{Role: "user", Content: content}},
-		MaxTokens: s.cfg.Server.QueryProcessMaxTokens,
+		MaxTokens: s.cfg.HTTP.QueryProcessMaxTokens,
 	})
 	if err != nil {
 		return "", fmt.Errorf("encode execution request: %w", err)
@@ -263,7 +263,7 @@ func (s *Server) readiness() readiness {
 		Draining: s.draining.Load(),
 	}
 	r.Ready = r.Model && r.FastPool && r.SlowPool && !r.Draining
-	if s.cfg.Sim.Enabled {
+	if s.cfg.Simulated {
 		r.Simulated = true
 		r.Warning = "the pools are the built-in simulators (sim.enabled or --simulate): every answer is made up"
 	}

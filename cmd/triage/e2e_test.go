@@ -62,11 +62,11 @@ func startGatewayWith(t *testing.T, cfg config.Config, load router.Loader) (stri
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p.listener = ln
-	srv, rt, err := build(cfg, p)
+	gw, err := build(cfg, p)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- gw.stages.run(ctx, log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -76,7 +76,7 @@ func startGatewayWith(t *testing.T, cfg config.Config, load router.Loader) (stri
 			t.Error("the gateway did not stop")
 		}
 	})
-	return "http://" + ln.Addr().String(), rt
+	return "http://" + ln.Addr().String(), gw.router
 }
 
 // quickSims makes the built-in replicas answer at once.
