@@ -186,14 +186,14 @@ type statusSlow struct {
 	Max       int     `json:"max"`
 	Load      float64 `json:"load"`
 	Threshold float64 `json:"threshold"`
-	// The slow-share budget: the window's share of routed requests (or of their tokens, per
+	// The slow-share cap: the window's share of routed requests (or of their tokens, per
 	// ShareUnit) that went slow, over how many requests, the cap (0: none), the unit
 	// (decision.share_unit: requests or tokens) and the threshold floor it sets.
-	Share           float64 `json:"share"`
-	ShareRequests   int     `json:"share_requests"`
-	ShareMax        float64 `json:"share_max"`
-	ShareUnit       string  `json:"share_unit"`
-	BudgetThreshold float64 `json:"budget_threshold"`
+	Share         float64 `json:"share"`
+	ShareRequests int     `json:"share_requests"`
+	ShareMax      float64 `json:"share_max"`
+	ShareUnit     string  `json:"share_unit"`
+	ShareFloor    float64 `json:"budget_threshold"`
 }
 
 type statusResponse struct {
@@ -216,15 +216,15 @@ func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
 		DecisionPolicy: s.router.Policy(),
 		Ready:          s.readiness(),
 		SlowPath: statusSlow{
-			Active:          st.SlowActive,
-			Max:             st.SlowMax,
-			Load:            round6(st.Load()),
-			Threshold:       round6(s.router.Threshold()),
-			Share:           round6(share),
-			ShareRequests:   shareN,
-			ShareMax:        shareMax,
-			ShareUnit:       shareUnit,
-			BudgetThreshold: round6(st.BudgetThreshold),
+			Active:        st.SlowActive,
+			Max:           st.SlowMax,
+			Load:          round6(st.Load()),
+			Threshold:     round6(s.router.Threshold()),
+			Share:         round6(share),
+			ShareRequests: shareN,
+			ShareMax:      shareMax,
+			ShareUnit:     shareUnit,
+			ShareFloor:    round6(st.ShareFloor),
 		},
 		BatcherQueue: st.QueueLen,
 		InFlight:     s.active.count(),

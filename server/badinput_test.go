@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // TestBadInputIsA4xxNamingTheProblem sends every kind of bad request to a real listener and

@@ -15,10 +15,10 @@
 //     proxy.go); bad input is a 4xx;
 //  2. build the classifier input with router.Input;
 //  3. ask the router (package router) for a route: cache, batcher, classifier, decision under
-//     the slow-path budget, the chosen pool — or, when an OpenAI request names a model one
+//     the slow slots, the chosen pool — or, when an OpenAI request names a model one
 //     pool serves, that pool unclassified (router.Target, router.Pin);
 //  4. execute on the chosen pool (upstream.Pool.Do) and answer with the decision headers. A
-//     slow request holds its budget slot until its upstream response has ended: for
+//     slow request holds its slow slot until its upstream response has ended: for
 //     query-process until the execution has been read to its end, for a proxied request
 //     until the streamed body is closed.
 //

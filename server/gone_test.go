@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-
 )
 
 // holdingReplica is a replica whose generations take as long as the test wants: each waits

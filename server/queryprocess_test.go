@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 var latencyRE = regexp.MustCompile(`^\d+\.\d{3}$`)

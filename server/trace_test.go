@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // traceOn enables decision tracing on the fast pool with a ring of capacity records and

@@ -328,8 +328,8 @@ func TestFleetOfTwoGatewaysSharesTheCache(t *testing.T) {
 	quickSims(&cfg)
 	cfg.Fleet.Enabled = true
 	cfg.Fleet.URL = r.URL()
-	cfg.Fleet.Budget.SyncInterval = 20 * time.Millisecond
-	cfg.Fleet.Budget.LeaseTTL = time.Second
+	cfg.Fleet.Slots.SyncInterval = 20 * time.Millisecond
+	cfg.Fleet.Slots.LeaseTTL = time.Second
 	cfg.Fleet.GatewayID = "gw-a"
 	a, _ := startGateway(t, cfg)
 	cfg.Fleet.GatewayID = "gw-b"

@@ -73,7 +73,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err := stdout.Write(config.Example)
 		return err
 	}
-	src := config.Sources{File: *configPath, Simulate: *simulate, ListenOnly: *healthcheck, InstallRoot: installRoot()}
+	var renamed [][2]string // old and new names of settings read under a name they no longer have
+	src := config.Sources{File: *configPath, Simulate: *simulate, ListenOnly: *healthcheck, InstallRoot: installRoot(),
+		Deprecated: func(old, new string) { renamed = append(renamed, [2]string{old, new}) }}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "listen" {
 			src.Listen = *listen
@@ -98,7 +100,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err = stdout.Write(out)
 		return err
 	}
-	return serve(ctx, cfg, newLogger(cfg.Log, stderr))
+	log := newLogger(cfg.Log, stderr)
+	for _, r := range renamed {
+		log.Warn("deprecated setting name: it still works, but use the new one", "old", r[0], "new", r[1])
+	}
+	return serve(ctx, cfg, log)
 }
 
 // serve builds the parts and runs them in the lifecycle's order (lifecycle.go).
@@ -182,7 +188,7 @@ func build(cfg config.Config, p parts) (_ *gateway, err error) {
 	}
 	ropts := router.Options{Load: load, Fast: fast, Slow: slow, Logger: p.log, Registerer: reg}
 	if f != nil {
-		ropts.Budget = f.Budget
+		ropts.Slots = f.Slots
 		if f.Cache != nil {
 			ropts.Shared = f.Cache
 		}

@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
 )
 
-// TestSlowShareBudget routes requests that the model all calls slow under a 25% cap: once the
+// TestSlowShareCap routes requests that the model all calls slow under a 25% cap: once the
 // window holds enough of them only the top quarter of scores go slow, the rest fast with
 // reason budget_shedding; /v1/classify, the metrics and the admin status explain the
 // threshold's parts.
-func TestSlowShareBudget(t *testing.T) {
+func TestSlowShareCap(t *testing.T) {
 	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Decision.MaxSlowShare = 0.25
 		c.Decision.ShareWindow = time.Hour
@@ -48,11 +47,11 @@ func TestSlowShareBudget(t *testing.T) {
 	require.Equal(t, "budget_shedding", low.Reason)
 	require.Equal(t, "slow_granted", high.Reason)
 	require.Equal(t, 0.5, low.ThresholdParts.Load)
-	require.Greater(t, low.ThresholdParts.Budget, 0.62)
-	require.Equal(t, low.ThresholdParts.Budget, low.Threshold, "the stricter part is the threshold")
+	require.Greater(t, low.ThresholdParts.ShareFloor, 0.62)
+	require.Equal(t, low.ThresholdParts.ShareFloor, low.Threshold, "the stricter part is the threshold")
 
 	require.Equal(t, 0.25, metricValue(t, ts.url, "triage_slow_share_max"))
-	require.Equal(t, low.ThresholdParts.Budget, metricValue(t, ts.url, "triage_decision_budget_threshold"))
+	require.Equal(t, low.ThresholdParts.ShareFloor, metricValue(t, ts.url, "triage_decision_budget_threshold"))
 	require.Equal(t, low.Threshold, metricValue(t, ts.url, "triage_decision_threshold"))
 	share := metricValue(t, ts.url, "triage_slow_share")
 	require.InDelta(t, float64(reasons["slow_granted"])/n, share, 1e-9)
@@ -64,7 +63,7 @@ func TestSlowShareBudget(t *testing.T) {
 	require.Equal(t, 0.25, st.SlowPath.ShareMax)
 	require.Equal(t, n, st.SlowPath.ShareRequests, "classify previews are not counted")
 	require.InDelta(t, share, st.SlowPath.Share, 1e-6)
-	require.Equal(t, low.ThresholdParts.Budget, st.SlowPath.BudgetThreshold)
+	require.Equal(t, low.ThresholdParts.ShareFloor, st.SlowPath.ShareFloor)
 }
 
 // TestSlowShareTokens measures the share in tokens (decision.share_unit: tokens): each routed

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Budget is the slow-path budget of a whole fleet: the gateways together never hold more
-// than Max slow requests in flight. It satisfies router.SlowBudget.
+// Slots are the slow slots of a whole fleet: the gateways together never hold more
+// than Max slow requests in flight. It satisfies router.SlowSlots.
 //
 // # How
 //
@@ -46,9 +46,9 @@ import (
 //     FallbackSlots. After rejoining it keeps its grant as it is for one LeaseTTL, so a
 //     gateway that has not yet rejoined cannot be crowded out of the slots it still uses,
 //     and the fleet's grants still add up to what they were before the outage.
-type Budget struct {
+type Slots struct {
 	conn *Conn
-	cfg  BudgetConfig
+	cfg  SlotsConfig
 	max  int
 
 	// state packs the local limit (high 32 bits) and the slots in use (low 32 bits), so both
@@ -77,10 +77,10 @@ type Budget struct {
 	keys   []string
 }
 
-// budgetScript: KEYS grant hash, active hash, lease zset; ARGV gateway, active, want,
+// slotsScript: KEYS grant hash, active hash, lease zset; ARGV gateway, active, want,
 // lease ms, max. Returns {grant, others' active, others' grants, live gateways}. Redis's own
 // clock times the leases, so gateways' clocks may disagree.
-const budgetScript = `
+const slotsScript = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gw, active, want, ttl, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -121,25 +121,25 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 `
 
-// NewBudget returns the fleet's budget of max slots as this gateway sees it. When Redis is
+// NewSlots returns the fleet's max slow slots as this gateway sees it. When Redis is
 // up it syncs once before returning, so the gateway starts with a grant; otherwise it starts
 // with FallbackSlots. Run keeps it in sync.
-func NewBudget(conn *Conn, max int) (*Budget, error) {
+func NewSlots(conn *Conn, max int) (*Slots, error) {
 	if max < 1 {
-		return nil, fmt.Errorf("fleet budget: max must be >= 1, got %d", max)
+		return nil, fmt.Errorf("fleet slots: max must be >= 1, got %d", max)
 	}
-	b := &Budget{
+	b := &Slots{
 		conn:   conn,
-		cfg:    conn.cfg.Budget,
+		cfg:    conn.cfg.Slots,
 		max:    max,
-		script: rueidis.NewLuaScript(budgetScript),
+		script: rueidis.NewLuaScript(slotsScript),
 		leave:  rueidis.NewLuaScript(leaveScript),
 		keys:   []string{conn.taggedKey("budget", "grant"), conn.taggedKey("budget", "active"), conn.taggedKey("budget", "lease")},
 		rateAt: time.Now(),
 	}
-	b.state.Store(pack(uint32(min(conn.cfg.Budget.FallbackSlots, max)), 0))
+	b.state.Store(pack(uint32(min(conn.cfg.Slots.FallbackSlots, max)), 0))
 	b.live.Store(1)
-	conn.m.budget.Store(b)
+	conn.m.slots.Store(b)
 	if conn.Up() {
 		ctx, cancel := context.WithTimeout(context.Background(), conn.cfg.DialTimeout)
 		defer cancel()
@@ -147,8 +147,8 @@ func NewBudget(conn *Conn, max int) (*Budget, error) {
 		b.seenGen = conn.generation()
 		b.syncMu.Unlock()
 		if err := b.sync(ctx); err != nil {
-			conn.log.Warn("fleet budget: first sync failed; starting with the fallback slots", "err", err,
-				"fallback_slots", conn.cfg.Budget.FallbackSlots)
+			conn.log.Warn("fleet slots: first sync failed; starting with the fallback slots", "err", err,
+				"fallback_slots", conn.cfg.Slots.FallbackSlots)
 		}
 	}
 	return b, nil
@@ -158,7 +158,7 @@ func pack(limit, active uint32) uint64    { return uint64(limit)<<32 | uint64(ac
 func unpack(s uint64) (limit, active int) { return int(s >> 32), int(uint32(s)) }
 
 // tryLocal takes a slot if the local limit allows.
-func (b *Budget) tryLocal() bool {
+func (b *Slots) tryLocal() bool {
 	for {
 		s := b.state.Load()
 		limit, active := unpack(s)
@@ -175,7 +175,7 @@ func (b *Budget) tryLocal() bool {
 // TryAcquire takes a slot and reports whether it did; it never waits longer than one
 // top-up sync (fleet.command_timeout), and makes none while Redis is down, while the fleet
 // is full as last seen, or while the grant is held after a rejoin.
-func (b *Budget) TryAcquire() bool {
+func (b *Slots) TryAcquire() bool {
 	if b.tryLocal() {
 		return true
 	}
@@ -195,7 +195,7 @@ func (b *Budget) TryAcquire() bool {
 
 // topUp runs a sync now, or waits for the one already running, bounded by the command
 // timeout.
-func (b *Budget) topUp() {
+func (b *Slots) topUp() {
 	if !b.syncMu.TryLock() {
 		b.conn.m.topups.WithLabelValues("joined").Inc()
 		if ch := b.syncing.Load(); ch != nil {
@@ -220,12 +220,12 @@ func (b *Budget) topUp() {
 
 // Release frees a slot taken by TryAcquire. Releasing more than was taken is a caller bug
 // that would corrupt the fleet's accounting, so it panics.
-func (b *Budget) Release() {
+func (b *Slots) Release() {
 	for {
 		s := b.state.Load()
 		limit, active := unpack(s)
 		if active <= 0 {
-			panic("fleet: Budget.Release without a matching TryAcquire")
+			panic("fleet: Slots.Release without a matching TryAcquire")
 		}
 		if b.state.CompareAndSwap(s, pack(uint32(limit), uint32(active-1))) {
 			return
@@ -235,7 +235,7 @@ func (b *Budget) Release() {
 
 // Active is the fleet's slow requests in flight as this gateway sees them: the others' as of
 // the last sync plus its own. While Redis is down it is this gateway's own.
-func (b *Budget) Active() int {
+func (b *Slots) Active() int {
 	_, active := unpack(b.state.Load())
 	if !b.conn.Up() {
 		return active
@@ -243,8 +243,8 @@ func (b *Budget) Active() int {
 	return active + int(b.others.Load())
 }
 
-// Max is the fleet's budget; while Redis is down, this gateway's own limit (its share).
-func (b *Budget) Max() int {
+// Max is the fleet's slot count; while Redis is down, this gateway's own limit (its share).
+func (b *Slots) Max() int {
 	if !b.conn.Up() {
 		limit, _ := unpack(b.state.Load())
 		return limit
@@ -253,13 +253,13 @@ func (b *Budget) Max() int {
 }
 
 // Local returns this gateway's slots in use and its current limit.
-func (b *Budget) Local() (active, limit int) {
+func (b *Slots) Local() (active, limit int) {
 	limit, active = unpack(b.state.Load())
 	return active, limit
 }
 
 // Run syncs every SyncInterval until ctx ends, then gives this gateway's grant back.
-func (b *Budget) Run(ctx context.Context) error {
+func (b *Slots) Run(ctx context.Context) error {
 	t := time.NewTicker(b.cfg.SyncInterval)
 	defer t.Stop()
 	for {
@@ -276,12 +276,12 @@ func (b *Budget) Run(ctx context.Context) error {
 		err := b.sync(sctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			b.conn.log.Debug("fleet budget: sync failed", "err", err)
+			b.conn.log.Debug("fleet slots: sync failed", "err", err)
 		}
 	}
 }
 
-func (b *Budget) sync(ctx context.Context) error {
+func (b *Slots) sync(ctx context.Context) error {
 	b.syncMu.Lock()
 	defer b.syncMu.Unlock()
 	return b.syncLocked(ctx)
@@ -289,7 +289,7 @@ func (b *Budget) sync(ctx context.Context) error {
 
 // syncLocked reports this gateway's use, asks for use + headroom, and applies the grant.
 // Called with syncMu held.
-func (b *Budget) syncLocked(ctx context.Context) error {
+func (b *Slots) syncLocked(ctx context.Context) error {
 	done := make(chan struct{})
 	b.syncing.Store(&done)
 	defer func() {
@@ -308,7 +308,7 @@ func (b *Budget) syncLocked(ctx context.Context) error {
 		b.seenGen = g
 		b.holdUntil = now.Add(b.cfg.LeaseTTL)
 		b.holding.Store(b.holdUntil.UnixNano())
-		b.conn.log.Info("fleet budget: rejoined; holding the current grant for one lease", "lease_ttl", b.cfg.LeaseTTL.String())
+		b.conn.log.Info("fleet slots: rejoined; holding the current grant for one lease", "lease_ttl", b.cfg.LeaseTTL.String())
 	}
 	h := b.headroom(now)
 
@@ -336,10 +336,10 @@ func (b *Budget) syncLocked(ctx context.Context) error {
 	vals, err := b.script.Exec(ctx, cl, b.keys, args).AsIntSlice()
 	b.conn.result("budget", err)
 	if err != nil {
-		return fmt.Errorf("fleet budget sync: %w", err)
+		return fmt.Errorf("fleet slots sync: %w", err)
 	}
 	if len(vals) != 4 {
-		return fmt.Errorf("fleet budget sync: script returned %d values, want 4", len(vals))
+		return fmt.Errorf("fleet slots sync: script returned %d values, want 4", len(vals))
 	}
 	grant := int(vals[0])
 	for {
@@ -359,7 +359,7 @@ func (b *Budget) syncLocked(ctx context.Context) error {
 // headroom is the spare slots to ask for: at least the configured minimum, about two sync
 // intervals of this gateway's recent slow rate, but beyond the fleet's fair share
 // (Max / live gateways) only the minimum. Called with syncMu held.
-func (b *Budget) headroom(now time.Time) int {
+func (b *Slots) headroom(now time.Time) int {
 	n := b.acquired.Load()
 	if dt := now.Sub(b.rateAt).Seconds(); dt > 0 {
 		r := float64(n-b.rateMark) / dt
@@ -376,7 +376,7 @@ func (b *Budget) headroom(now time.Time) int {
 }
 
 // leaveFleet removes this gateway's grant so its slots return at once.
-func (b *Budget) leaveFleet() {
+func (b *Slots) leaveFleet() {
 	cl, err := b.conn.get()
 	if err != nil {
 		return
@@ -384,12 +384,12 @@ func (b *Budget) leaveFleet() {
 	ctx, cancel := context.WithTimeout(context.Background(), b.conn.cfg.DialTimeout)
 	defer cancel()
 	if err := b.leave.Exec(ctx, cl, b.keys, []string{b.conn.id}).Error(); err != nil {
-		b.conn.log.Warn("fleet budget: could not give the grant back; it expires with its lease", "err", err)
+		b.conn.log.Warn("fleet slots: could not give the grant back; it expires with its lease", "err", err)
 	}
 }
 
 // syncAge is the time since the last successful sync, or -1 before the first.
-func (b *Budget) syncAge() float64 {
+func (b *Slots) syncAge() float64 {
 	ns := b.lastSync.Load()
 	if ns == 0 {
 		return -1
