@@ -10,6 +10,7 @@ import (
 
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/promtext"
+	"github.com/triage-gw/triage/server"
 )
 
 // classifyAnswer is the part of a /v1/classify answer the scenarios read.
@@ -38,7 +39,7 @@ func tallyClassify(ss []load.Sample) classifyTally {
 		}
 		t.OK++
 		t.Latency = append(t.Latency, s.Latency)
-		if v, ok := load.HeaderMillis(s.Header, "x-router-latency"); ok {
+		if v, ok := load.HeaderMillis(s.Header, server.HeaderLatency); ok {
 			t.RouterMs = append(t.RouterMs, v)
 		}
 		var a classifyAnswer

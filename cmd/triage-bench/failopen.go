@@ -14,6 +14,8 @@ import (
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/stats"
+	"github.com/triage-gw/triage/decision"
+	"github.com/triage-gw/triage/server"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -191,13 +193,13 @@ func measureFailOpen(ctx context.Context, env *gwEnv, base, model string, texts 
 		defer mu.Unlock()
 		lv.Requests++
 		lv.Statuses[strconv.Itoa(s.Status)]++
-		if r := s.Header.Get("x-router-reason"); r != "" {
+		if r := s.Header.Get(server.HeaderReason); r != "" {
 			lv.Reasons[r]++
-			if !strings.HasPrefix(r, "classifier_") && r != "pinned" {
+			if !strings.HasPrefix(r, "classifier_") && r != string(decision.ReasonPinned) {
 				lv.Decided++
 			}
 		}
-		if ms, err := strconv.ParseFloat(s.Header.Get("x-router-latency"), 64); err == nil {
+		if ms, err := strconv.ParseFloat(s.Header.Get(server.HeaderLatency), 64); err == nil {
 			router = append(router, ms)
 		}
 		if !s.OK() {

@@ -104,7 +104,7 @@ func (c *fleetConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.IntVar(&c.CacheClients, "cache-clients", 8, "closed-loop clients of (b)")
 	fs.IntVar(&c.LatencyClients, "latency-clients", 4, "closed-loop clients of (d)")
 	fs.DurationVar(&c.LatencyTime, "latency-duration", 6*time.Second, "length of (d) per mode")
-	fs.DurationVar(&c.DrillSettle, "drill-settle", 6*time.Second, "pause between a drill's warm-up and its load (more than fleet.budget.lease_ttl, 5s: a gateway that rejoined holds its grant that long)")
+	fs.DurationVar(&c.DrillSettle, "drill-settle", 6*time.Second, "pause between a drill's warm-up and its load (more than fleet.slots.lease_ttl, 5s: a gateway that rejoined holds its grant that long)")
 	fs.DurationVar(&c.DrillDuration, "drill-duration", 16*time.Second, "length of each drill; the fault comes at a quarter of it (redis-server restarts at half)")
 	fs.StringVar(policies, "policies", *policies, "comma-separated replica policies (c) runs with (lmetric-sticky: lmetric, variant sticky)")
 	fs.IntVar(&c.TraceReplicas, "trace-replicas", 4, "replicas of (c), fresh for every run")

@@ -16,6 +16,8 @@ import (
 
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/sse"
+	"github.com/triage-gw/triage/router"
+	"github.com/triage-gw/triage/server"
 )
 
 // balancer spreads requests round-robin over the gateways as a load balancer in front of
@@ -146,7 +148,7 @@ func (t *loadTally) add(a answer) {
 	switch {
 	case a.ok():
 		t.OK++
-		if a.header.Get("x-router-path") == "slow" {
+		if a.header.Get(server.HeaderPath) == router.PathSlow {
 			t.Slow++
 		}
 		return
@@ -175,7 +177,7 @@ func chatStream(system, user string, maxTokens int) []byte {
 func (e *fleetEnv) budgetLoad(ctx context.Context, b *balancer, texts []string, d time.Duration) *loadTally {
 	t := &loadTally{}
 	load.ClosedLoop{Workers: e.c.BudgetClients, Duration: d}.Run(ctx, func(ctx context.Context, w int, seq int64) load.Sample {
-		h := http.Header{"X-Session-Id": {"client-" + strconv.Itoa(w)}}
+		h := http.Header{http.CanonicalHeaderKey(server.HeaderSession): {"client-" + strconv.Itoa(w)}}
 		a := b.send(ctx, e.client, "/v1/chat/completions", chatStream("", texts[int(seq)%len(texts)], e.c.BudgetTokens), h, true)
 		t.add(a)
 		return load.Sample{}

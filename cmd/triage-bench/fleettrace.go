@@ -12,6 +12,7 @@ import (
 	"github.com/triage-gw/triage/bench/dolly"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/bench/trace"
+	"github.com/triage-gw/triage/server"
 )
 
 // traceResult is (c) for one policy in one mode.
@@ -91,11 +92,11 @@ func (e *fleetEnv) traceRun(ctx context.Context, m fleetMode, p string, reqs []p
 	b := newBalancer(set)
 	start := time.Now()
 	out := replay(ctx, reqs, e.c.Drain, func(ctx context.Context, r *preparedRequest, held bool) requestResult {
-		h := http.Header{"X-Session-Id": {fmt.Sprintf("s%d", r.tr.Session)}, "Accept": {"text/event-stream"}}
+		h := http.Header{http.CanonicalHeaderKey(server.HeaderSession): {fmt.Sprintf("s%d", r.tr.Session)}, "Accept": {"text/event-stream"}}
 		a := b.send(ctx, e.client, "/v1/chat/completions", r.body, h, true)
 		rr := requestResult{ok: a.ok(), held: held, timing: a.timing, err: a.err}
 		if a.header != nil {
-			rr.replica = a.header.Get("x-router-replica") + "|" + a.header.Get("x-router-path")
+			rr.replica = a.header.Get(server.HeaderReplica) + "|" + a.header.Get(server.HeaderPath)
 		}
 		return rr
 	})

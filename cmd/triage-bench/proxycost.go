@@ -14,6 +14,8 @@ import (
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/stats"
+	"github.com/triage-gw/triage/router"
+	"github.com/triage-gw/triage/server"
 	"github.com/triage-gw/triage/sim"
 )
 
@@ -142,7 +144,7 @@ func measureProxyCost(ctx context.Context, env *gwEnv, urls [2]string, body []by
 			return s
 		}
 		ttft[path] = append(ttft[path], st.TTFT)
-		if path == 1 && s.Header.Get("x-router-cache") == "hit" {
+		if path == 1 && s.Header.Get(server.HeaderCache) == router.CacheHit {
 			hits++
 		}
 		return s

@@ -13,10 +13,14 @@ import (
 	"github.com/triage-gw/triage/bench/promtext"
 	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/stats"
+	"github.com/triage-gw/triage/decision"
+	"github.com/triage-gw/triage/router"
+	"github.com/triage-gw/triage/server"
 )
 
 // reasonOrder lists decision reasons in table order; others follow sorted.
-var reasonOrder = []string{"slow_granted", "fast_model", "load_shedding", "slow_saturated", "slow_unhealthy"}
+var reasonOrder = []decision.Reason{decision.ReasonSlowGranted, decision.ReasonFastModel, decision.ReasonLoadShedding,
+	decision.ReasonSlowSaturated, decision.ReasonSlowUnhealthy}
 
 // windowSeconds is the width of a query-process table row, in seconds of
 // send time.
@@ -112,13 +116,13 @@ func (r *queryProcessRun) tally() {
 			continue
 		}
 		r.okLat = append(r.okLat, s.Latency)
-		reason := s.Header.Get("x-router-reason")
+		reason := s.Header.Get(server.HeaderReason)
 		if reason == "" {
 			reason = "(none)"
 		}
 		w.reasons[reason]++
 		r.total[reason]++
-		if s.Header.Get("x-router-cache") == "hit" {
+		if s.Header.Get(server.HeaderCache) == router.CacheHit {
 			r.cacheHits++
 		}
 	}
@@ -130,13 +134,13 @@ func (r *queryProcessRun) tally() {
 func orderReasons(total map[string]int) []string {
 	var reasons []string
 	for _, r := range reasonOrder {
-		if total[r] > 0 {
-			reasons = append(reasons, r)
+		if total[string(r)] > 0 {
+			reasons = append(reasons, string(r))
 		}
 	}
 	var extra []string
 	for r := range total {
-		if !slices.Contains(reasonOrder, r) {
+		if !slices.Contains(reasonOrder, decision.Reason(r)) {
 			extra = append(extra, r)
 		}
 	}
@@ -171,7 +175,7 @@ func (r *queryProcessRun) summary() []report.Metric {
 	first, last := r.windows[0], r.windows[len(r.windows)-1]
 	return []report.Metric{
 		{Name: "requests/s, latency p50 / p99", Value: fmt.Sprintf("%.1f, %s", float64(okN)/r.wall.Seconds(), report.P50P99(stats.Summarize(r.okLat))), Target: fmt.Sprintf("%d clients ramped up over %s", r.clients, r.ramp)},
-		{Name: "load_shedding share: first second → last second", Value: fmt.Sprintf("%.0f%% → %.0f%%", first.share("load_shedding"), last.share("load_shedding")),
+		{Name: "load_shedding share: first second → last second", Value: fmt.Sprintf("%.0f%% → %.0f%%", first.share(string(decision.ReasonLoadShedding)), last.share(string(decision.ReasonLoadShedding))),
 			Target: fmt.Sprintf("rises as the slow semaphore fills (peak slow_active %.0f)", r.peakSlowActive())},
 		{Name: "decisions overall", Value: sharesString(r.reasons, totalShare)},
 	}
