@@ -115,6 +115,12 @@ type SimConfig struct {
 	FastReplicas int `yaml:"fast_replicas"`
 	// SlowReplicas is the number of simulated slow replicas, in [1, 16]. Default 2.
 	SlowReplicas int `yaml:"slow_replicas"`
+	// FastPrefillReplicas of the FastReplicas are prefill replicas and the others decode
+	// replicas, so the fast pool runs disaggregated (upstream.DisaggregationConfig); 0 (the
+	// default): no KV hand-off. Below FastReplicas.
+	FastPrefillReplicas int `yaml:"fast_prefill_replicas"`
+	// SlowPrefillReplicas is FastPrefillReplicas for the slow pool.
+	SlowPrefillReplicas int `yaml:"slow_prefill_replicas"`
 	// Fast is the fast replicas' simulator config. Default sim.FastPreset().
 	Fast sim.Config `yaml:"fast"`
 	// Slow is the slow replicas' simulator config. Default sim.SlowPreset() (1–3 s for a
@@ -135,6 +141,14 @@ func (c SimConfig) ValidateAt(path string) error {
 	}
 	if c.SlowReplicas < 1 || c.SlowReplicas > 16 {
 		errs = append(errs, fmt.Errorf("%s.slow_replicas: must be in [1, 16], got %d", path, c.SlowReplicas))
+	}
+	if c.FastPrefillReplicas < 0 || c.FastPrefillReplicas >= max(c.FastReplicas, 1) {
+		errs = append(errs, fmt.Errorf("%s.fast_prefill_replicas: must be in [0, fast_replicas (%d)), got %d: a disaggregated pool needs a decode replica",
+			path, c.FastReplicas, c.FastPrefillReplicas))
+	}
+	if c.SlowPrefillReplicas < 0 || c.SlowPrefillReplicas >= max(c.SlowReplicas, 1) {
+		errs = append(errs, fmt.Errorf("%s.slow_prefill_replicas: must be in [0, slow_replicas (%d)), got %d: a disaggregated pool needs a decode replica",
+			path, c.SlowReplicas, c.SlowPrefillReplicas))
 	}
 	errs = append(errs, c.Fast.ValidateAt(path+".fast"), c.Slow.ValidateAt(path+".slow"))
 	return errors.Join(errs...)

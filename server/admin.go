@@ -132,6 +132,10 @@ type traceResponse struct {
 	Policy   string               `json:"policy"`
 	Capacity int                  `json:"capacity"`
 	Records  []policy.TraceRecord `json:"records"`
+	// Prefill and Decode are a disaggregated pool's leg decisions (absent otherwise); Records
+	// are then its whole requests'.
+	Prefill *legTrace `json:"prefill,omitempty"`
+	Decode  *legTrace `json:"decode,omitempty"`
 }
 
 // handleTrace returns a pool's latest replica-policy decisions, oldest first:
@@ -170,7 +174,9 @@ func (s *Server) handleTrace(c *fiber.Ctx, _ *request) error {
 	if records == nil {
 		records = []policy.TraceRecord{} // [] rather than null before the first decision
 	}
-	return sendJSON(c, http.StatusOK, traceResponse{Path: path, Pool: p.Name(), Policy: policyName, Capacity: tr.Capacity(), Records: records})
+	resp := traceResponse{Path: path, Pool: p.Name(), Policy: policyName, Capacity: tr.Capacity(), Records: records}
+	resp.Prefill, resp.Decode = legTraces(p, p.Disaggregation(), limit)
+	return sendJSON(c, http.StatusOK, resp)
 }
 
 type statusPool struct {

@@ -138,6 +138,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		dl.stopTimer()
 	}
 	c.Set(HeaderReplica, resp.ReplicaID)
+	setDisaggHeaders(c, resp)
 	var src io.Reader = resp.Body
 	if !in.stream && !isEventStream(resp.Header.Get("Content-Type")) {
 		if src, err = s.prefetch(c, resp); err != nil {

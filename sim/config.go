@@ -45,6 +45,12 @@ type Config struct {
 	// Jitter is the half-width of the per-request speed factor, in [0, 1]:
 	// 0.5 makes a request between 0.5x and 1.5x the nominal latency.
 	Jitter float64 `yaml:"jitter"`
+	// PrefillInterference is how much each prefill running on the replica
+	// slows its decoding requests down: a decode step takes
+	// DecodePerToken × (1 + PrefillInterference × prefills running when the
+	// step starts), as a prefill's compute stalls the batch it shares (what
+	// prefill/decode disaggregation removes). 0 (the default): none. >= 0.
+	PrefillInterference float64 `yaml:"prefill_interference"`
 
 	// DefaultMaxTokens is the output length when a request sets neither
 	// max_tokens nor max_completion_tokens.
@@ -85,6 +91,17 @@ type Config struct {
 	// Seed seeds the random source for jitter and fault injection. Requests
 	// arriving in the same order draw the same numbers.
 	Seed uint64 `yaml:"seed"`
+
+	// Role is the replica's side of vLLM's prefill/decode KV hand-off (see
+	// disagg.go): "prefill" answers a non-streaming request with
+	// kv_transfer_params.do_remote_decode with transfer parameters, "decode"
+	// decodes from such parameters without prefilling, "both" does either.
+	// Empty (the default): no KV connector, kv_transfer_params is ignored.
+	Role string `yaml:"role"`
+	// KVLease is how long a prefill replica keeps blocks for a remote decode;
+	// a decode with older parameters answers the wrong text, as vLLM's does.
+	// Default 30s.
+	KVLease time.Duration `yaml:"kv_lease"`
 }
 
 // DefaultConfig returns FastPreset.
@@ -108,6 +125,7 @@ func FastPreset() Config {
 		KVCacheBlocks:    4096,
 		CloseAfterChunks: 2,
 		Seed:             1,
+		KVLease:          30 * time.Second,
 	}
 }
 
@@ -217,6 +235,7 @@ func (c Config) ValidateAt(path string) error {
 	if c.CloseAfterChunks < 0 {
 		bad("close_after_chunks", "must be >= 0, got %d", c.CloseAfterChunks)
 	}
+	errs = append(errs, c.validateRole(path))
 	return errors.Join(errs...)
 }
 
@@ -232,6 +251,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", c.PrefillPerToken, "prefill time per prompt token not in the prefix cache")
 	fs.DurationVar(&c.DecodePerToken, "decode-per-token", c.DecodePerToken, "time between two output tokens")
 	fs.Float64Var(&c.Jitter, "jitter", c.Jitter, "per-request latency factor drawn from [1-jitter, 1+jitter]")
+	fs.Float64Var(&c.PrefillInterference, "prefill-interference", c.PrefillInterference, "decode slowdown per prefill running on the replica (0: none)")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output tokens when the request sets no max_tokens")
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", c.MaxOutputTokens, "cap on output tokens per request")
 	fs.IntVar(&c.BlockChars, "block-chars", c.BlockChars, "prefix-cache block size in prompt bytes (4 bytes = 1 token)")
@@ -242,4 +262,6 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.CloseMidStreamRate, "close-mid-stream-rate", c.CloseMidStreamRate, "fraction of streaming requests whose connection is cut before [DONE]")
 	fs.IntVar(&c.CloseAfterChunks, "close-after-chunks", c.CloseAfterChunks, "token chunks a cut stream delivers before the cut")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the random source for jitter and faults")
+	fs.StringVar(&c.Role, "role", c.Role, "side of the prefill/decode KV hand-off: prefill, decode, both, or empty for none")
+	fs.DurationVar(&c.KVLease, "kv-lease", c.KVLease, "how long a prefill replica keeps blocks for a remote decode")
 }

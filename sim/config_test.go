@@ -52,6 +52,9 @@ func TestValidate(t *testing.T) {
 		{"block_chars", func(c *Config) { c.BlockChars = 0 }, "sim.block_chars: must be >= 1"},
 		{"kv_cache_blocks", func(c *Config) { c.KVCacheBlocks = -1 }, "sim.kv_cache_blocks: must be >= 0"},
 		{"close_after_chunks", func(c *Config) { c.CloseAfterChunks = -1 }, "sim.close_after_chunks: must be >= 0"},
+		{"role", func(c *Config) { c.Role = "producer" }, `sim.role: must be empty (no KV connector), prefill, decode or both, got "producer"`},
+		{"kv_lease", func(c *Config) { c.KVLease = 0 }, "sim.kv_lease: must be > 0, got 0s"},
+		{"prefill_interference", func(c *Config) { c.PrefillInterference = -1 }, "sim.prefill_interference: must be a finite number >= 0, got -1"},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			c := DefaultConfig()
@@ -88,7 +91,7 @@ func TestBindFlags(t *testing.T) {
 	// One flag per YAML key.
 	var flags []string
 	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, strings.ReplaceAll(f.Name, "-", "_")) })
-	assert.Len(t, flags, 18)
+	assert.Len(t, flags, 21)
 	for _, f := range flags {
 		assert.Contains(t, yamlKeys(), f)
 	}
@@ -98,5 +101,5 @@ func yamlKeys() []string {
 	return []string{"name", "model", "max_running", "max_waiting", "ttft_base", "prefill_per_token",
 		"decode_per_token", "jitter", "default_max_tokens", "max_output_tokens", "block_chars",
 		"kv_cache_blocks", "kv_events_endpoint", "error_rate", "stall_first_byte", "close_mid_stream_rate",
-		"close_after_chunks", "seed"}
+		"close_after_chunks", "seed", "role", "kv_lease", "prefill_interference"}
 }

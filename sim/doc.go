@@ -24,7 +24,10 @@
 // in the prefix cache, a per-token decode time, a prefix KV cache (chained
 // block hashes in an LRU, so a shared system prompt really makes the first
 // token faster), and injected faults (500s, a stall before the first byte,
-// streams cut before [DONE]). Config documents the latency formula.
+// streams cut before [DONE]). Config documents the latency formula. A
+// replica with a Role plays its side of vLLM's prefill/decode KV hand-off
+// (disagg.go): a prefill replica answers kv_transfer_params, a decode replica
+// given fresh ones skips the prefill, stale ones give the wrong text.
 //
 // The answer is deterministic filler, so tests can assert it: see Token
 // for the exact rule, CountTokens for token counting (ceil(bytes/4)) and

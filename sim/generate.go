@@ -77,6 +77,9 @@ type job struct {
 	outTokens    int
 	finish       string // stop or length, once all tokens are out
 	speed        float64
+	// The KV hand-off (disagg.go): a prefill for a remote decode, or a decode
+	// of transferred blocks.
+	remoteDecode, transferred bool
 }
 
 func (j *job) usage() usage {
@@ -131,6 +134,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 		return
 	}
 
+	kv, apiErr := parseKVTransfer(body)
+	if apiErr != nil {
+		s.metrics.rejected.WithLabelValues(rejectBadRequest).Inc()
+		writeError(w, apiErr)
+		return
+	}
+
 	d := s.drawFor(req.stream)
 	if d.fail {
 		s.metrics.rejected.WithLabelValues(rejectInjected).Inc()
@@ -176,13 +186,24 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	if s.cfg.KVCacheBlocks > 0 {
 		hashes = BlockHashes(req.prompt, s.cfg.BlockChars)
 	}
-	j.cachedTokens = min(s.cache.match(hashes)*s.cfg.BlockChars/4, j.promptTokens)
-	s.prefixQueries.Add(int64(j.promptTokens))
-	s.prefixHits.Add(int64(j.cachedTokens))
-	s.metrics.prefixQueries.Add(float64(j.promptTokens))
-	s.metrics.prefixHits.Add(float64(j.cachedTokens))
+	s.applyKV(j, kv)
+	if !j.transferred { // a decode of transferred blocks looks nothing up
+		j.cachedTokens = min(s.cache.match(hashes)*s.cfg.BlockChars/4, j.promptTokens)
+		s.prefixQueries.Add(int64(j.promptTokens))
+		s.prefixHits.Add(int64(j.cachedTokens))
+		s.metrics.prefixQueries.Add(float64(j.promptTokens))
+		s.metrics.prefixHits.Add(float64(j.cachedTokens))
+	}
+	s.countPromptSources(j)
 
-	if err := s.clock.Sleep(ctx, s.prefillDelay(j)); err != nil {
+	computes := int64(1) // a decode of transferred blocks computes no prefill to stall others with
+	if j.transferred {
+		computes = 0
+	}
+	s.prefilling.Add(computes)
+	slept := s.clock.Sleep(ctx, s.prefillDelay(j))
+	s.prefilling.Add(-computes)
+	if slept != nil {
 		s.metrics.finished.WithLabelValues(finishAbort).Inc()
 		return
 	}
@@ -198,6 +219,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	s.metrics.ttft.Observe(firstToken.Sub(j.arrival).Seconds())
 
 	w.Header().Set(HeaderCachedTokens, strconv.Itoa(j.cachedTokens))
+	setKVHeader(w, j)
 	var (
 		sent int
 		err  error
@@ -205,7 +227,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind endpoint)
 	if req.stream {
 		sent, err = s.stream(ctx, w, j, d.cut)
 	} else {
-		sent, err = s.respond(ctx, w, j)
+		sent, err = s.respond(ctx, w, j, s.kvAnswer(j, localAddr(r)))
 	}
 	s.metrics.generationTokens.Add(float64(sent))
 	s.observeTokenGaps(firstToken, sent)
@@ -235,6 +257,9 @@ func (s *Server) observeTokenGaps(first time.Time, sent int) {
 }
 
 func (s *Server) prefillDelay(j *job) time.Duration {
+	if j.transferred {
+		return s.delay(s.cfg.TTFTBase, j) // the prompt's KV came from the prefill replica
+	}
 	return s.delay(s.cfg.PrefillDelay(j.promptTokens, j.cachedTokens), j)
 }
 
@@ -250,13 +275,14 @@ func idKind(kind endpoint) string {
 	return "cmpl"
 }
 
-// respond waits for the whole answer and writes it as one JSON object. It
-// returns the tokens sent (all or none).
-func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job) (int, error) {
-	if err := s.clock.Sleep(ctx, s.delay(s.cfg.DecodePerToken*time.Duration(j.outTokens-1), j)); err != nil {
+// respond waits for the whole answer and writes it as one JSON object, with
+// kv as its kv_transfer_params when set. It returns the tokens sent (all or
+// none).
+func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, kv *kvTransferOut) (int, error) {
+	if err := s.clock.Sleep(ctx, s.delay(s.decodeStep()*time.Duration(j.outTokens-1), j)); err != nil {
 		return 0, err
 	}
-	text := GeneratedText(j.req.prompt, j.outTokens)
+	text := generatedText(j.hash, j.outTokens)
 	u := j.usage()
 	switch j.req.kind {
 	case messagesEndpoint:
@@ -276,13 +302,13 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job) (in
 		writeJSON(w, http.StatusOK, chatCompletion{
 			ID: j.id, Object: "chat.completion", Created: j.created, Model: j.req.model,
 			Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: text}, FinishReason: j.finish}},
-			Usage:   u,
+			Usage:   u, KVTransferParams: kv,
 		})
 	default:
 		writeJSON(w, http.StatusOK, textCompletion{
 			ID: j.id, Object: "text_completion", Created: j.created, Model: j.req.model,
 			Choices: []textChoice{{Index: 0, Text: text, FinishReason: &j.finish}},
-			Usage:   &u,
+			Usage:   &u, KVTransferParams: kv,
 		})
 	}
 	return j.outTokens, nil
@@ -319,7 +345,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, cut 
 			abort(i)
 		}
 		if i > 0 {
-			if err := s.clock.Sleep(ctx, s.delay(s.cfg.DecodePerToken, j)); err != nil {
+			if err := s.clock.Sleep(ctx, s.delay(s.decodeStep(), j)); err != nil {
 				return i, err
 			}
 		}

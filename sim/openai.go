@@ -301,6 +301,8 @@ type chatCompletion struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   usage        `json:"usage"`
+	// KVTransferParams answers a prefill for a remote decode (see disagg.go).
+	KVTransferParams *kvTransferOut `json:"kv_transfer_params,omitempty"`
 }
 
 type chatChoice struct {
@@ -345,6 +347,8 @@ type textCompletion struct {
 	Model   string       `json:"model"`
 	Choices []textChoice `json:"choices"`
 	Usage   *usage       `json:"usage,omitempty"`
+	// KVTransferParams answers a prefill for a remote decode (see disagg.go).
+	KVTransferParams *kvTransferOut `json:"kv_transfer_params,omitempty"`
 }
 
 type textChoice struct {

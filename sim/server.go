@@ -29,6 +29,10 @@ const (
 	// HeaderCachedTokens is the number of prompt tokens served from the
 	// prefix cache, on successful generation responses.
 	HeaderCachedTokens = "x-mockllm-cached-tokens"
+	// HeaderKVTransferTokens is the number of prompt tokens whose KV cache a
+	// decode replica fetched from a prefill replica (see Config.Role), on
+	// answers decoded from transferred blocks.
+	HeaderKVTransferTokens = "x-mockllm-kv-transfer-tokens"
 )
 
 // maxBodyBytes bounds a request body; larger ones get 413.
@@ -47,6 +51,7 @@ type Server struct {
 	cache     *prefixCache
 	events    *eventPublisher // nil without Config.KVEventsEndpoint
 	metrics   *metrics
+	kvm       *kvMetrics
 	promh     http.Handler
 	created   int64 // unix seconds, for /v1/models
 
@@ -58,6 +63,7 @@ type Server struct {
 	prefixQueries atomic.Int64
 	prefixHits    atomic.Int64
 	slowdown      atomic.Uint64 // math.Float64bits of SetSlowdown's factor; 0 means 1
+	prefilling    atomic.Int64  // requests in their prefill now (Config.PrefillInterference)
 
 	closed    context.Context // done after Close
 	close     context.CancelFunc
@@ -117,6 +123,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s)
+	s.kvm = newKVMetrics(reg, cfg.Model)
 	s.promh = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return s, nil
 }

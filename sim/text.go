@@ -34,8 +34,10 @@ func tokenText(h uint64, i int) string {
 
 // GeneratedText returns the first n output tokens for prompt, concatenated:
 // the content of a non-streaming answer, and of a stream's deltas joined.
-func GeneratedText(prompt string, n int) string {
-	h := promptHash(prompt)
+func GeneratedText(prompt string, n int) string { return generatedText(promptHash(prompt), n) }
+
+// generatedText is the answer of n tokens for the prompt hashed to h.
+func generatedText(h uint64, n int) string {
 	var b strings.Builder
 	for i := range n {
 		b.WriteString(tokenText(h, i))

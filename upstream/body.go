@@ -110,7 +110,7 @@ func (b *responseBody) observeTTFT() {
 	default:
 		a.p.sloMissed.Inc()
 	}
-	if o := a.p.ttfts; o != nil {
+	if o := a.by.ttfts; o != nil {
 		o.ObserveTTFT(a.req, a.r.id, a.load, ttft)
 	}
 }
@@ -155,7 +155,7 @@ func (b *responseBody) Close() error {
 		tokens = b.tokens.count()
 	}
 	// Only a 2xx answer ran the model; an error body's missing usage is no gap.
-	rep := report{answered: b.status >= 200 && b.status < 300}
+	rep := report{answered: b.status >= 200 && b.status < 300, unpriced: b.a.unpriced}
 	rep.usage, rep.metered = b.tokens.reported()
 	eof := b.eof
 	b.mu.Unlock()
@@ -172,7 +172,7 @@ func (b *responseBody) Close() error {
 		b.a.cancel(errBodyClosed)
 		err = b.rc.Close()
 	}
-	b.a.p.release(b.a.r, b.a.req, o, tokens, rep)
+	b.a.p.release(b.a.by, b.a.r, b.a.req, o, tokens, rep)
 	return err
 }
 

@@ -50,6 +50,9 @@ type PoolConfig struct {
 	// where. The default retries only what the replica cannot have executed
 	// (see RetryConfig).
 	Retry RetryConfig `yaml:"retry" json:"retry"`
+	// Disaggregation configures the prefill/decode hand-off of a pool with
+	// replicas of role prefill; ignored otherwise.
+	Disaggregation DisaggregationConfig `yaml:"disaggregation" json:"disaggregation"`
 	// Admission decides whether a request may enter the pool at all.
 	// Default always-admit.
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
@@ -96,6 +99,11 @@ type ReplicaConfig struct {
 	// --kv-events-config), so the prefix-aware policies score it by what
 	// its engine reports holding instead of guessing. Nil: no events.
 	KVEvents *kvevents.Config `yaml:"kv_events,omitempty" json:"kv_events,omitempty"`
+	// Role is the replica's part in a disaggregated pool: "prefill" (takes
+	// only prefill legs), "decode" (decode legs and whole requests) or "both"
+	// (the same as decode; a replica of a pool that is not disaggregated).
+	// Empty means "both". See DisaggregationConfig.
+	Role string `yaml:"role" json:"role"`
 }
 
 // HealthCheckConfig configures the active health probe: GET Path on each
@@ -159,6 +167,8 @@ func DefaultPoolConfig() PoolConfig {
 		Policy:    policy.DefaultConfig(),
 		Admission: DefaultAdmissionConfig(),
 		Retry:     DefaultRetryConfig(),
+
+		Disaggregation: DefaultDisaggregationConfig(),
 		HealthCheck: HealthCheckConfig{
 			Path:           "/health",
 			Interval:       Duration(5 * time.Second),
@@ -284,7 +294,7 @@ func (c *PoolConfig) ValidateAt(path string) error {
 		errs = append(errs, c.Prices.ValidateAt(path+".prices"))
 	}
 	errs = append(errs, c.Policy.ValidateAt(path+".policy"), c.Admission.ValidateAt(path+".admission"),
-		c.Retry.ValidateAt(path+".retry"), c.KVEvents.ValidateAt(path+".kv_events"))
+		c.Retry.ValidateAt(path+".retry"), c.KVEvents.ValidateAt(path+".kv_events"), c.validateDisaggregation(path))
 	return errors.Join(errs...)
 }
 

@@ -37,6 +37,16 @@
 // the request's new blocks count as held by the chosen replica for
 // kv_events.pending_ttl. Each gateway of a fleet subscribes itself.
 //
+// Disaggregation: a pool whose replicas include role prefill runs a chat or
+// completion request in two legs (DisaggregationConfig, disagg.go): a
+// non-streaming max_tokens 1 prefill on a prefill replica picked by the
+// prefill policy, then the client's request carrying the prefill's
+// kv_transfer_params, unchanged, on a decode replica picked by the decode
+// policy. A decode leg is never sent twice with the same parameters: any
+// failure before it has started runs the request whole on a decode or both
+// replica (Response.Fallback says why). Whole requests never go to a prefill
+// replica. Each leg's policy gets the Done of its own picks.
+//
 // Fleet mode: when several gateways share replicas, Options.Remote adds the other gateways'
 // in-flight counts (as of their latest snapshots) to each Candidate's InFlight, and
 // Options.Picks receives what the policy shares about each pick (policy.Sharer), which the

@@ -30,25 +30,36 @@ func (p *Pool) InFlightByReplica() map[string]int {
 	return out
 }
 
-// ObservePick applies a pick another gateway of the fleet made in this pool to the pool's
-// policy, when the policy learns from other gateways (policy.Sharer) and the replica is one
-// of this pool's. It reports whether the policy used it.
+// ObservePick applies a pick another gateway of the fleet made in this pool to the policy
+// that picks among its replica's kind (a disaggregated pool's prefill policy for a prefill
+// replica, else the pool's policy), when that policy learns from other gateways
+// (policy.Sharer) and the replica is one of this pool's. It reports whether the policy used
+// it.
 func (p *Pool) ObservePick(o policy.Observation) bool {
-	if p.sharer == nil {
-		return false
-	}
-	if _, ok := p.byID[o.ReplicaID]; !ok {
+	r, ok := p.byID[o.ReplicaID]
+	if !ok {
 		return false // another gateway's config names a replica this one does not have
 	}
-	return p.sharer.Observe(o)
+	sharer := p.sharer
+	if r.role == RolePrefill && p.pd != nil {
+		sharer, _ = p.pd.prefill.picker.(policy.Sharer)
+	}
+	if sharer == nil {
+		return false
+	}
+	return sharer.Observe(o)
 }
 
-// publishPick shares a pick that was charged to r.
-func (p *Pool) publishPick(req *policy.Request, r *replica) {
-	if p.picks == nil || p.sharer == nil {
+// publishPick shares a pick that ch's policy made and that was charged to r.
+func (p *Pool) publishPick(ch *chooser, req *policy.Request, r *replica) {
+	if p.picks == nil {
 		return
 	}
-	if o, ok := p.sharer.Share(req, r.id); ok {
+	sharer, _ := ch.picker.(policy.Sharer)
+	if sharer == nil {
+		return
+	}
+	if o, ok := sharer.Share(req, r.id); ok {
 		p.picks.PublishPick(p.cfg.Name, o)
 	}
 }

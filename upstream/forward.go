@@ -91,6 +91,12 @@ type Response struct {
 	// Retried reports that a first attempt on another replica failed before
 	// the first byte.
 	Retried bool
+	// Prefill is the prefill leg of a disaggregated request (see Pool.Do); nil
+	// when none was tried. ReplicaID and TTFB are then the decode leg's.
+	Prefill *PrefillLeg
+	// Fallback is why a request of a disaggregated pool ran whole on one
+	// replica instead (a FallbackReason); "" when it did not.
+	Fallback FallbackReason
 
 	body *responseBody
 }
@@ -142,6 +148,11 @@ func (r *Response) Usage() (u Usage, ok bool) {
 // (errors.Is(err, ErrUpstreamTimeout) for the first-byte timeout).
 // A non-2xx status from the replica is not an error: it is returned as a
 // Response to pass through.
+//
+// In a disaggregated pool (some replica has role prefill) a chat or completion
+// request runs in two legs, prefill then decode (see disagg.go and
+// DisaggregationConfig); when the prefill leg fails it runs whole on a decode
+// or both replica as above, and Response.Fallback says why.
 func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, err)
@@ -174,21 +185,32 @@ func (p *Pool) Do(ctx context.Context, fr *ForwardRequest) (*Response, error) {
 	}
 
 	p.attachCache(ctx, fr)
+	if p.pd != nil && p.pd.applies(fr) {
+		return p.doDisagg(ctx, fr, doc)
+	}
 	r, load, err := p.acquire(req, nil)
 	if err != nil {
 		return nil, err
 	}
-	var tried [maxTriesLimit]string
+	return p.doWhole(ctx, fr, doc, r, load, nil)
+}
+
+// doWhole runs fr whole, first on r (acquired, with load its in-flight count as the picker
+// saw it), then as the pool's retry rule says, never on a replica named in avoid.
+func (p *Pool) doWhole(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *replica, load int, avoid []string) (*Response, error) {
+	req := &fr.Routing
+	var buf [maxTriesLimit + 1]string
+	tried := append(buf[:0], avoid...)
 	for try := 1; ; try++ {
 		a := p.send(ctx, fr, doc, r, load)
 		p.tries[try-1][a.ended].Inc()
 		if try >= p.retry.maxTries || !p.retry.on[a.ended] || ctx.Err() != nil {
 			return a.result(try > 1)
 		}
-		tried[try-1] = r.id
-		var exclude []string
+		tried = append(tried, r.id)
+		exclude := avoid
 		if !p.retry.any {
-			exclude = tried[:try]
+			exclude = tried
 		}
 		next, nextLoad, err := p.acquire(req, exclude)
 		if err != nil {
@@ -211,6 +233,7 @@ type attempt struct {
 	parent context.Context // the caller's
 	actx   context.Context // the upstream request's, derived from parent
 	cancel context.CancelCauseFunc
+	by     *chooser  // the policy that picked r: its Done and TTFT observer
 	load   int       // the replica's in-flight count when it was picked
 	start  time.Time // when the request was sent: TTFB and TTFT run from here
 
@@ -220,12 +243,20 @@ type attempt struct {
 	fail outcome // with err
 	// ended is how the try ended, for the retry rule and triage_upstream_tries_total.
 	ended tryOutcome
+	// unpriced: a prefill leg, whose usage the decode leg's repeats; its
+	// tokens are counted, not priced.
+	unpriced bool
 }
 
 // send makes one attempt on r, which acquire has already charged; load is
 // r's in-flight count as the picker saw it.
 func (p *Pool) send(ctx context.Context, fr *ForwardRequest, doc *modelDoc, r *replica, load int) *attempt {
-	a := &attempt{p: p, r: r, req: &fr.Routing, parent: ctx, load: load}
+	return p.sendBy(ctx, &p.whole, fr, doc, r, load)
+}
+
+// sendBy is send for a replica that ch picked (acquireBy).
+func (p *Pool) sendBy(ctx context.Context, ch *chooser, fr *ForwardRequest, doc *modelDoc, r *replica, load int) *attempt {
+	a := &attempt{p: p, r: r, by: ch, req: &fr.Routing, parent: ctx, load: load}
 	a.actx, a.cancel = context.WithCancelCause(ctx)
 
 	body := fr.Body
@@ -329,7 +360,7 @@ func (a *attempt) discard() {
 		a.resp.Body.Close()
 	}
 	a.cancel(errRetried)
-	a.p.release(a.r, a.req, outcomeRetried, 0, report{})
+	a.p.release(a.by, a.r, a.req, outcomeRetried, 0, report{})
 }
 
 // result hands the attempt to the caller: an error (and the attempt ends
@@ -337,7 +368,7 @@ func (a *attempt) discard() {
 func (a *attempt) result(retried bool) (*Response, error) {
 	if a.resp == nil {
 		a.cancel(nil)
-		a.p.release(a.r, a.req, a.fail, 0, report{})
+		a.p.release(a.by, a.r, a.req, a.fail, 0, report{})
 		return nil, a.err
 	}
 	removeHopByHop(a.resp.Header)

@@ -86,6 +86,6 @@ func (p *Pool) acquireOn(req *policy.Request, id string) (*replica, int, error) 
 		return nil, 0, errors.New("pool " + p.cfg.Name + ": picker refused the only candidate")
 	}
 	r.metrics.inflight.Inc()
-	p.publishPick(req, r)
+	p.publishPick(&p.whole, req, r)
 	return r, c.InFlight, nil
 }

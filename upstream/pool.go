@@ -101,6 +101,12 @@ type Pool struct {
 	// measured answers with a target against it.
 	sloTarget         time.Duration
 	sloMet, sloMissed prometheus.Counter
+
+	// whole picks the replica of a request that runs whole (on one replica): the pool's
+	// policy among the replicas that are not prefill-only.
+	whole chooser
+	// pd is the prefill/decode hand-off; nil unless some replica has role prefill.
+	pd *disagg
 }
 
 // New builds a pool with the replica policy and admission its config names
@@ -193,6 +199,10 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 	if err := p.initKV(reg); err != nil {
 		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
 	}
+	p.whole = chooser{picker: picker, finisher: p.finisher, ttfts: p.ttfts}
+	if p.pd, err = newDisagg(cfg, m, reg, opts.Now); err != nil {
+		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+	}
 	return p, nil
 }
 
@@ -218,6 +228,9 @@ func (p *Pool) Name() string { return p.cfg.Name }
 
 // PolicyName returns the name of the pool's replica policy (policy.name).
 func (p *Pool) PolicyName() string { return p.cfg.Policy.Name }
+
+// Disaggregation returns the pool's prefill/decode settings (the leg policies' names).
+func (p *Pool) Disaggregation() DisaggregationConfig { return p.cfg.Disaggregation }
 
 // AskStreamUsage reports the pool's ask_stream_usage setting: whether a
 // stream may be sent with stream_options.include_usage its client did not ask
@@ -375,10 +388,16 @@ func (p *Pool) observe(r *replica, ok bool) {
 	}
 }
 
-// acquire picks a replica for req among those available now (excluding
-// those named in exclude, for retries) and counts the request in flight on
-// it. inFlight is the chosen replica's load as the picker saw it.
+// acquire picks a replica for a request that runs whole: acquireBy with the pool's policy.
 func (p *Pool) acquire(req *policy.Request, exclude []string) (r *replica, inFlight int, err error) {
+	return p.acquireBy(&p.whole, req, exclude)
+}
+
+// acquireBy picks a replica for req with ch among those available now that
+// ch picks among (excluding those named in exclude, for retries) and counts
+// the request in flight on it. inFlight is the chosen replica's load as the
+// picker saw it.
+func (p *Pool) acquireBy(ch *chooser, req *policy.Request, exclude []string) (r *replica, inFlight int, err error) {
 	now := p.now()
 	stale := p.staleAfter()
 	limit := p.cfg.MaxInFlightPerReplica
@@ -390,7 +409,7 @@ func (p *Pool) acquire(req *policy.Request, exclude []string) (r *replica, inFli
 		remote = p.remote.RemoteInFlight(p.cfg.Name)
 	}
 	for _, r := range p.replicas {
-		if slices.Contains(exclude, r.id) {
+		if slices.Contains(exclude, r.id) || !ch.takes(r) {
 			continue
 		}
 		ok := r.available(now)
@@ -407,21 +426,21 @@ func (p *Pool) acquire(req *policy.Request, exclude []string) (r *replica, inFli
 		}
 	}
 	for len(cands) > 0 {
-		i := p.picker.Pick(req, cands)
+		i := ch.picker.Pick(req, cands)
 		if i < 0 || i >= len(cands) {
 			return nil, 0, fmt.Errorf("pool %s: picker returned index %d for %d candidates", p.cfg.Name, i, len(cands))
 		}
 		r := reps[i]
 		if r.tryAcquire(limit) {
 			r.metrics.inflight.Inc()
-			p.publishPick(req, r)
+			p.publishPick(ch, req, r)
 			p.expectBlocks(req, r)
 			return r, cands[i].InFlight, nil
 		}
 		// Another request took the replica's last slot between the snapshot
 		// and now. Let the picker forget this pick and choose again.
-		if p.finisher != nil {
-			p.finisher.Done(req, r.id, 0)
+		if ch.finisher != nil {
+			ch.finisher.Done(req, r.id, 0)
 		}
 		cands = append(cands[:i], cands[i+1:]...)
 		reps = append(reps[:i], reps[i+1:]...)
@@ -439,31 +458,35 @@ type report struct {
 	answered bool  // a 2xx answer: the model ran
 	usage    Usage // with metered: the replica's own numbers
 	metered  bool
+	unpriced bool // a prefill leg: its tokens are counted, the decode leg's are priced
 }
 
 // release ends one picked request: in-flight count, outcome metric, token
-// and cost accounting, and the picker's Done, exactly once per successful
-// acquire.
-func (p *Pool) release(r *replica, req *policy.Request, o outcome, outputTokens int, rep report) {
+// and cost accounting, and the Done of the picker that chose it (ch's),
+// exactly once per successful acquire.
+func (p *Pool) release(ch *chooser, r *replica, req *policy.Request, o outcome, outputTokens int, rep report) {
 	r.inFlight.Add(-1)
 	r.metrics.inflight.Dec()
 	r.metrics.outcomes[o].Inc()
 	switch {
 	case rep.metered:
-		p.account(r, rep.usage)
+		p.account(r, rep.usage, !rep.unpriced)
 	case rep.answered:
 		r.metrics.unmetered.Inc()
 	}
-	if p.finisher != nil {
-		p.finisher.Done(req, r.id, outputTokens)
+	if ch.finisher != nil {
+		ch.finisher.Done(req, r.id, outputTokens)
 	}
 }
 
-// account counts one answer's tokens and what they cost: at this pool's
-// prices, and at the baseline's (Options.BaselinePrices).
-func (p *Pool) account(r *replica, u Usage) {
+// account counts one answer's tokens and, when priced, what they cost: at
+// this pool's prices, and at the baseline's (Options.BaselinePrices).
+func (p *Pool) account(r *replica, u Usage, priced bool) {
 	r.metrics.promptTokens.Add(float64(u.PromptTokens))
 	r.metrics.completionTokens.Add(float64(u.CompletionTokens))
+	if !priced {
+		return
+	}
 	if p.cost != nil {
 		p.cost.Add(p.cfg.Prices.Cost(u))
 	}

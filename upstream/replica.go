@@ -30,11 +30,13 @@ const (
 
 // ReplicaStatus is a point-in-time view of one replica for status endpoints.
 type ReplicaStatus struct {
-	ID     string      `json:"id"`
-	URL    string      `json:"url"` // password redacted
-	Model  string      `json:"model"`
-	Weight float64     `json:"weight"`
-	State  HealthState `json:"state"`
+	ID     string  `json:"id"`
+	URL    string  `json:"url"` // password redacted
+	Model  string  `json:"model"`
+	Weight float64 `json:"weight"`
+	// Role is the replica's part in a disaggregated pool: prefill, decode or both.
+	Role  string      `json:"role"`
+	State HealthState `json:"state"`
 	// InFlight is this gateway's count of unfinished requests.
 	InFlight int `json:"in_flight"`
 	// RemoteInFlight is the other gateways' (fleet mode), as of their latest
@@ -86,6 +88,7 @@ type replica struct {
 	base    *url.URL
 	headers map[string]string // canonical names
 	weight  float64
+	role    string // RolePrefill, RoleDecode or RoleBoth
 	metrics *replicaMetrics
 
 	inFlight atomic.Int64
@@ -113,6 +116,7 @@ func newReplica(id string, rc ReplicaConfig, poolModel string) *replica {
 		base:    u,
 		headers: make(map[string]string, len(rc.Headers)),
 		weight:  rc.Weight,
+		role:    rc.role(),
 	}
 	if r.model == "" {
 		r.model = poolModel
@@ -271,6 +275,7 @@ func (r *replica) status(now time.Time, staleAfter time.Duration) ReplicaStatus 
 		URL:           r.base.Redacted(),
 		Model:         r.model,
 		Weight:        r.weight,
+		Role:          r.role,
 		InFlight:      c.InFlight,
 		Waiting:       c.Waiting,
 		Running:       c.Running,

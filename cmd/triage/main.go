@@ -249,11 +249,11 @@ func reloadOnHUP(rt *router.Router, log *slog.Logger) func(context.Context) erro
 // listenBuiltin opens the listeners of the built-in simulated pools described by cfg.Sim and
 // points cfg.Pools at them (their model names too, unless set). They run first and stop last.
 func listenBuiltin(cfg *config.Config, log *slog.Logger) ([]*sim.Local, error) {
-	fast, err := sim.ListenLocal(cfg.Sim.Fast, cfg.Sim.FastReplicas, log)
+	fast, err := sim.ListenLocalPD(cfg.Sim.Fast, cfg.Sim.FastReplicas, cfg.Sim.FastPrefillReplicas, log)
 	if err != nil {
 		return nil, fmt.Errorf("built-in fast pool: %w", err)
 	}
-	slow, err := sim.ListenLocal(cfg.Sim.Slow, cfg.Sim.SlowReplicas, log)
+	slow, err := sim.ListenLocalPD(cfg.Sim.Slow, cfg.Sim.SlowReplicas, cfg.Sim.SlowPrefillReplicas, log)
 	if err != nil {
 		fast.Close()
 		return nil, fmt.Errorf("built-in slow pool: %w", err)
@@ -265,8 +265,9 @@ func listenBuiltin(cfg *config.Config, log *slog.Logger) ([]*sim.Local, error) {
 	}{{&cfg.Pools.Fast, fast, cfg.Sim.Fast.Model}, {&cfg.Pools.Slow, slow, cfg.Sim.Slow.Model}} {
 		ids, urls := p.local.Replicas()
 		events := p.local.EventEndpoints()
+		roles := p.local.Roles()
 		for i := range ids {
-			rc := upstream.ReplicaConfig{URL: urls[i], ID: ids[i]}
+			rc := upstream.ReplicaConfig{URL: urls[i], ID: ids[i], Role: builtinRole(roles[i])}
 			if events[i] != "" {
 				rc.KVEvents = &kvevents.Config{Endpoint: events[i], Topic: sim.KVEventsTopic}
 			}
@@ -277,6 +278,15 @@ func listenBuiltin(cfg *config.Config, log *slog.Logger) ([]*sim.Local, error) {
 		}
 	}
 	return []*sim.Local{fast, slow}, nil
+}
+
+// builtinRole is the gateway's role of a simulated replica with the given sim role: a
+// replica without a KV connector serves whole requests.
+func builtinRole(simRole string) string {
+	if simRole == "" {
+		return upstream.RoleBoth
+	}
+	return simRole
 }
 
 // installRoot is the directory above the executable's (the repository root for bin/triage),

@@ -63,6 +63,9 @@ type sweepConfig struct {
 	// HeavyUserShare is the tenants scenario's heavy user's share of the
 	// sessions (the trace's HeavyUserShare in that scenario only).
 	HeavyUserShare float64 `json:"heavy_user_share"`
+	// PrefillReplicas is how many replicas prefill in the disaggregated
+	// scenario's pd- runs (0: half).
+	PrefillReplicas int `json:"prefill_replicas"`
 	// Seeds, when set, are the trace seeds the sweep runs once each
 	// (--seeds); empty: one run with the trace's seed.
 	Seeds []uint64 `json:"seeds,omitempty"`
@@ -103,13 +106,15 @@ func DefaultSim() sim.Config {
 // comma-separated policy list, into policies, whose value is the default.
 func (c *sweepConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.StringVar(&c.Scenario, "scenario", scenarioHomogeneous, "what differs from the plain sweep: homogeneous (replicas alike), heterogeneous (replica 0 twice as slow per prompt and output token, replica 1 with half the --kv-blocks; needs --replicas >= 2), "+
-		"degrading (replica 0 --degrade-factor times slower for a stretch of the run; needs --replicas >= 2) or tenants (one user issues --heavy-user-share of the requests, all heavy; needs --users >= 2)")
+		"degrading (replica 0 --degrade-factor times slower for a stretch of the run; needs --replicas >= 2), tenants (one user issues --heavy-user-share of the requests, all heavy; needs --users >= 2) "+
+		"or disaggregated (aggregated pools against prefill/decode pools of the same --replicas: a policy pd-<name> runs --prefill-replicas prefill and the rest decode replicas picked by <name>; default policies "+strings.Join(pdSweepPolicies, ",")+")")
 	fs.Float64Var(&c.DegradeFrom, "degrade-from", 0.25, "degrading scenario: when replica 0 slows down, as a share of --duration from the first arrival")
 	fs.Float64Var(&c.DegradeFor, "degrade-for", 0.5, "degrading scenario: how long replica 0 stays slow, as a share of --duration (default: the middle half of the run)")
 	fs.Float64Var(&c.DegradeFactor, "degrade-factor", 2, "degrading scenario: how many times slower replica 0 is meanwhile (every prefill and token delay multiplied)")
 	fs.Float64Var(&c.HeavyUserShare, "heavy-user-share", 0.5, "tenants scenario: share of the open sessions, and so of the requests, that the one heavy user holds; all its sessions are heavy, the other users' light")
 	fs.DurationVar(&c.SLOTTFT, "slo-ttft", defaultSLOTTFT, "TTFT target for SLO attainment (share of requests sent whose first token came within it); the default is just above one cold 1,500-token system prompt on a default replica (≈ 245 ms), so only queueing or a slowed replica misses it")
 	fs.IntVar(&c.Replicas, "replicas", 4, "simulated replicas (sim servers on 127.0.0.1:0, fresh for every policy)")
+	fs.IntVar(&c.PrefillReplicas, "prefill-replicas", 0, "disaggregated scenario: how many of --replicas prefill in the pd-<policy> runs, the rest decode (0: half)")
 	fs.StringVar(policies, "policies", *policies, "comma-separated policies to compare (lmetric-sticky and lmetric-unified are lmetric variants)")
 	fs.StringVar(&c.dolly, "dolly", dolly.DefaultPath, "Dolly JSONL file the prompts come from")
 	fs.BoolVar(&c.KVEvents, "kv-events", false, "replicas publish KV-cache events (vLLM's format) and the pool routes the prefix-aware policies on them, keyed by /tokenize, instead of on their guess of what was sent where")
@@ -153,6 +158,7 @@ func (c *sweepConfig) bindReplicaFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.PrefillPerToken, "prefill-per-token", s.PrefillPerToken, "prefill time per prompt token not in the replica's prefix cache")
 	fs.DurationVar(&s.DecodePerToken, "decode-per-token", s.DecodePerToken, "time between output tokens")
 	fs.Float64Var(&s.Jitter, "jitter", s.Jitter, "per-request latency factor half-width")
+	fs.Float64Var(&s.PrefillInterference, "prefill-interference", s.PrefillInterference, "decode slowdown per prefill running on the same replica: a decode step takes decode-per-token × (1 + this × prefills running)")
 	fs.IntVar(&s.BlockChars, "block-chars", s.BlockChars, "replica prefix-cache block size in bytes")
 	fs.IntVar(&s.KVCacheBlocks, "kv-blocks", s.KVCacheBlocks, "replica prefix-cache capacity in blocks")
 	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max_tokens of every request (output length)")
@@ -184,6 +190,10 @@ degrading slows replica 0 down for the middle half of the run
 (--degrade-from, --degrade-for, --degrade-factor). --scenario tenants
 makes one user heavy (--heavy-user-share of the requests) among light ones
 and reports TTFT per tenant, what fairness policies (vtc-basic) are for.
+--scenario disaggregated compares aggregated pools with prefill/decode pools
+of the same replica count (pd-<policy>: --prefill-replicas prefill replicas,
+decode picks by <policy>) and adds inter-token latency and output tokens/s;
+--prefill-interference makes a replica's prefills slow its decoding.
 
 Flags:
 `)
@@ -194,6 +204,9 @@ Flags:
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("policies: unexpected arguments %q", fs.Args())
+	}
+	if c.Scenario == scenarioDisaggregated && !flagSet(fs, "policies") {
+		policies = strings.Join(pdSweepPolicies, ",")
 	}
 	for _, p := range strings.Split(policies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -235,6 +248,7 @@ func (c *sweepConfig) finish() error {
 		errs = append(errs, fmt.Errorf("policies: --replicas must be >= 1, got %d", c.Replicas))
 	}
 	errs = append(errs, c.validateScenario()...)
+	errs = append(errs, c.validateDisaggregated()...)
 	if c.Scenario == scenarioTenants {
 		c.Trace.HeavyUserShare = c.HeavyUserShare
 	}
@@ -268,6 +282,10 @@ var LmetricVariants = map[string]string{"lmetric-sticky": policy.LMetricSticky, 
 // requests carry no x-slo-ttft-ms header and the target is what the
 // sweep's SLO attainment is measured against.
 func PolicyConfig(name string, seed uint64, sloTTFT time.Duration) (policy.Config, error) {
+	sweepName := name
+	if decode, ok := decodePolicy(name); ok {
+		name = decode // a disaggregated pool: the policy of its decode picks and whole requests
+	}
 	pc := policy.DefaultConfig()
 	pc.Name = name
 	random := policy.SectionOf[policy.RandomConfig](pc, "random")
@@ -287,7 +305,7 @@ func PolicyConfig(name string, seed uint64, sloTTFT time.Duration) (policy.Confi
 		err = pc.ValidateAt("policy")
 	}
 	if err != nil {
-		return pc, fmt.Errorf("policy %q: %w", name, err)
+		return pc, fmt.Errorf("policy %q: %w", sweepName, err)
 	}
 	return pc, nil
 }
@@ -321,6 +339,8 @@ type PolicyResult struct {
 	// Degraded is the outcome while replica 0 was slowed (degrading
 	// scenario only).
 	Degraded *DegradeResult `json:"degraded,omitempty"`
+	// Decode is the time between tokens and the output rate.
+	Decode *DecodeResult `json:"decode,omitempty"`
 }
 
 // RequestResult is one replayed request.
@@ -458,7 +478,8 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []Pre
 	pcfg.Name = "sweep"
 	pcfg.HealthCheck.Interval = 0 // replicas do not fail here; scraping still runs
 	pcfg.ScrapeInterval = upstream.Duration(c.ScrapeInterval)
-	servers, index, err := startSweepReplicas(gctx, g, c, &pcfg)
+	roles := c.sweepRoles(policy)
+	servers, index, err := startSweepReplicas(gctx, g, c, &pcfg, roles)
 	if err != nil {
 		return res, err
 	}
@@ -467,6 +488,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []Pre
 		return res, err
 	}
 	pcfg.Policy = pc
+	disaggregate(&pcfg, roles)
 	reg := prometheus.NewRegistry()
 	pool, err := upstream.New(pcfg, upstream.Options{Logger: logger, Registerer: reg})
 	if err != nil {
@@ -498,6 +520,7 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []Pre
 	res.TimerLate = stopProbe()
 
 	res.tally(out, servers, index, c.SLOTTFT)
+	res.Decode = tallyDecode(out, res.Wall)
 	if c.Scenario == scenarioTenants {
 		res.Tenants = tallyTenants(out, reqs, c.SLOTTFT)
 	}
@@ -512,12 +535,16 @@ func runOnePolicy(ctx context.Context, c *sweepConfig, policy string, reqs []Pre
 	return res, nil
 }
 
-// startSweepReplicas starts c's simulated replicas under g and lists them in
-// pcfg; index maps a replica's ID to its place in servers.
-func startSweepReplicas(ctx context.Context, g *errgroup.Group, c *sweepConfig, pcfg *upstream.PoolConfig) (servers []*sim.Server, index map[string]int, err error) {
+// startSweepReplicas starts c's simulated replicas under g, with the sim roles
+// of roles (nil: none), and lists them in pcfg; index maps a replica's ID to
+// its place in servers.
+func startSweepReplicas(ctx context.Context, g *errgroup.Group, c *sweepConfig, pcfg *upstream.PoolConfig, roles []string) (servers []*sim.Server, index map[string]int, err error) {
 	servers = make([]*sim.Server, c.Replicas)
 	index = make(map[string]int, c.Replicas)
 	for i, sc := range replicaConfigs(c) {
+		if roles != nil {
+			sc.Role = simRole(roles[i])
+		}
 		if c.KVEvents {
 			sc.KVEventsEndpoint = "tcp://127.0.0.1:0"
 		}

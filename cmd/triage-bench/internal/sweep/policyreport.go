@@ -183,6 +183,8 @@ func scenarioColumns(c *sweepConfig) (head, sep string) {
 			"---|---|---|---|---|---|"
 	case scenarioDegrading:
 		return fmt.Sprintf(" slowed: sent to r0 | slowed: TTFT mean ms | slowed: TTFT p99 ms | slowed: TTFT ≤ %s |", c.SLOTTFT), "---|---|---|---|"
+	case scenarioDisaggregated:
+		return decodeColumns()
 	}
 	return "", ""
 }
@@ -194,6 +196,8 @@ func scenarioCells(c *sweepConfig, x *PolicyResult) string {
 		return tenantCells(x.Tenants)
 	case scenarioDegrading:
 		return degradeCells(x.Degraded)
+	case scenarioDisaggregated:
+		return decodeCells(c, x)
 	}
 	return ""
 }

@@ -35,7 +35,7 @@ const (
 )
 
 // scenarios are the values --scenario accepts.
-var scenarios = []string{scenarioHomogeneous, scenarioHeterogeneous, scenarioDegrading, scenarioTenants}
+var scenarios = []string{scenarioHomogeneous, scenarioHeterogeneous, scenarioDegrading, scenarioTenants, scenarioDisaggregated}
 
 // degradeSchedule is the degrading scenario's slow stretch: replica 0
 // runs Factor times slower from From to Until, counted from the start of
@@ -170,6 +170,8 @@ func scenarioLines(c *sweepConfig) string {
 			"all of them heavy sessions; every other session is light and belongs to one of the other %d users. "+
 			"The tenant columns split TTFT between the heavy user and the light users (vtc-basic's fairness key is the user).\n",
 			trace.HeavyUser, 100*c.HeavyUserShare, c.Trace.Users-1)
+	case scenarioDisaggregated:
+		return disaggregatedLine(c)
 	case scenarioHeterogeneous:
 	default:
 		return ""

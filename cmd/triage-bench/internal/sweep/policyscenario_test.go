@@ -82,7 +82,7 @@ func TestParseScenarioFlags(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--scenario", "mixed"}, []string{`policies: --scenario must be one of homogeneous, heterogeneous, degrading, tenants, got "mixed"`}},
+		{[]string{"--scenario", "mixed"}, []string{`policies: --scenario must be one of homogeneous, heterogeneous, degrading, tenants, disaggregated, got "mixed"`}},
 		{[]string{"--scenario", "heterogeneous", "--replicas", "1"}, []string{"policies: --scenario heterogeneous needs --replicas >= 2, got 1"}},
 		{[]string{"--slo-ttft", "0s"}, []string{"policies: --slo-ttft must be > 0, got 0s"}},
 		{[]string{"--scenario", "degrading", "--replicas", "1"}, []string{"policies: --scenario degrading needs --replicas >= 2, got 1"}},
@@ -95,7 +95,7 @@ func TestParseScenarioFlags(t *testing.T) {
 		{[]string{"--degrade-from", "0.5", "--degrade-for", "0.6"}, []string{"policies: --degrade-for must be in (0, 1 - --degrade-from] = (0, 0.5], got 0.6"}},
 		{[]string{"--heavy-user-share", "1"}, []string{"policies: --heavy-user-share must be in (0, 1), got 1"}},
 		{[]string{"--scenario", "", "--slo-ttft", "-1ms"}, []string{
-			`policies: --scenario must be one of homogeneous, heterogeneous, degrading, tenants, got ""`,
+			`policies: --scenario must be one of homogeneous, heterogeneous, degrading, tenants, disaggregated, got ""`,
 			"policies: --slo-ttft must be > 0, got -1ms",
 		}},
 	} {
