@@ -56,7 +56,7 @@ Commands:
   gateway    start bin/triage as a subprocess and run the gateway scenarios
              (seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost)
   fleet      start redis-server, mockllm replicas and 1 or 3 gateways as processes
-             and measure fleet mode against one gateway: slow-path budget,
+             and measure fleet mode against one gateway: shared slow slots,
              result-cache hit rate, prefix affinity, added latency, and the
              kill -9 and Redis outage drills
   hello      serve a bare net/http hello world (the HTTP baseline of conc-hit)

@@ -94,7 +94,7 @@ func (c *fleetConfig) bindFlags(fs *flag.FlagSet, policies *string) {
 	fs.StringVar(&c.Redis, "redis-server", "redis-server", "redis-server binary (scripts/setup.sh redis installs it)")
 	fs.StringVar(&c.Workdir, "workdir", ".", "working directory of the gateways (their default model paths are relative to the repository root)")
 	fs.IntVar(&c.Gateways, "gateways", 3, "gateways in fleet mode")
-	fs.IntVar(&c.MaxSlow, "max-slow", 12, "decision.max_slow_concurrency: the fleet's slow-path budget")
+	fs.IntVar(&c.MaxSlow, "max-slow", 12, "decision.max_slow_concurrency: the fleet's slow slots")
 	fs.IntVar(&c.SlowReplicas, "slow-replicas", 2, "slow-pool replicas of (a), (b), (d) and the drills")
 	fs.IntVar(&c.BudgetClients, "budget-clients", 36, "closed-loop clients of (a) and the drills (3 × --max-slow: demand above the budget)")
 	fs.IntVar(&c.BudgetTokens, "budget-max-tokens", 16, "max_tokens of (a) requests (20 ms per token at the replica)")
