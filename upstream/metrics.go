@@ -3,6 +3,7 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -70,6 +71,12 @@ type metrics struct {
 	unmetered    *prometheus.CounterVec
 	cost         *prometheus.CounterVec
 	baselineCost *prometheus.CounterVec
+
+	scrapedWaiting *prometheus.GaugeVec
+	scrapedRunning *prometheus.GaugeVec
+	scrapedKV      *prometheus.GaugeVec
+	scrapeAge      *prometheus.GaugeVec
+	scrapeFailures *prometheus.CounterVec
 }
 
 // newMetrics registers the upstream metrics on reg. A second call with the
@@ -135,6 +142,28 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_upstream_cost_baseline_total",
 			Help: "What the pool's metered tokens would have cost at the slow pool's prices: summed over pools, the cost had every request gone slow.",
 		}, []string{"pool"})),
+		// The load signals the policies read, as of the latest successful scrape: a failed
+		// scrape leaves them as they were, like the policy's view (see scrapeOnce).
+		scrapedWaiting: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "triage_upstream_scraped_waiting_requests",
+			Help: "Requests waiting in the replica's queue (vllm:num_requests_waiting), as of its latest successful scrape.",
+		}, []string{"pool", "replica"})),
+		scrapedRunning: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "triage_upstream_scraped_running_requests",
+			Help: "Requests the replica is running (vllm:num_requests_running), as of its latest successful scrape.",
+		}, []string{"pool", "replica"})),
+		scrapedKV: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "triage_upstream_scraped_kv_cache_usage_ratio",
+			Help: "Fraction of the replica's KV cache in use, 0..1 (vllm:kv_cache_usage_perc), as of its latest successful scrape.",
+		}, []string{"pool", "replica"})),
+		scrapeAge: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "triage_upstream_scrape_age_seconds",
+			Help: "Age of the replica's latest successful scrape, set at each scrape round (0 after a success; grows by one interval with each failed round). Absent until the first success.",
+		}, []string{"pool", "replica"})),
+		scrapeFailures: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "triage_upstream_scrape_failures_total",
+			Help: "Failed scrapes of the replica's /metrics: no answer, a non-2xx status, or a body without vLLM's load gauges.",
+		}, []string{"pool", "replica"})),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register upstream metrics: %w", err)
@@ -169,6 +198,35 @@ type replicaMetrics struct {
 
 	promptTokens, completionTokens prometheus.Counter
 	unmetered                      prometheus.Counter
+
+	scrapeFailures prometheus.Counter
+	// The scraped signals and their age are resolved on the first successful scrape
+	// (see scraped), so a replica never scraped has no series rather than zeros that
+	// read like an idle replica. Only the scrape goroutine of the replica touches them.
+	labels                          [2]string
+	m                               *metrics
+	waiting, running, kv, scrapeAge prometheus.Gauge
+}
+
+// scraped publishes a successful scrape's load signals.
+func (rm *replicaMetrics) scraped(waiting, running int, kv float64) {
+	if rm.waiting == nil {
+		pool, replica := rm.labels[0], rm.labels[1]
+		rm.waiting = rm.m.scrapedWaiting.WithLabelValues(pool, replica)
+		rm.running = rm.m.scrapedRunning.WithLabelValues(pool, replica)
+		rm.kv = rm.m.scrapedKV.WithLabelValues(pool, replica)
+		rm.scrapeAge = rm.m.scrapeAge.WithLabelValues(pool, replica)
+	}
+	rm.waiting.Set(float64(waiting))
+	rm.running.Set(float64(running))
+	rm.kv.Set(kv)
+}
+
+// scrapeAged sets the age of the latest successful scrape; a no-op before the first.
+func (rm *replicaMetrics) scrapeAged(age time.Duration) {
+	if rm.scrapeAge != nil {
+		rm.scrapeAge.Set(age.Seconds())
+	}
 }
 
 func (m *metrics) forReplica(pool, replica string) *replicaMetrics {
@@ -182,6 +240,10 @@ func (m *metrics) forReplica(pool, replica string) *replicaMetrics {
 		promptTokens:     m.tokens.WithLabelValues(pool, replica, "prompt"),
 		completionTokens: m.tokens.WithLabelValues(pool, replica, "completion"),
 		unmetered:        m.unmetered.WithLabelValues(pool, replica),
+
+		scrapeFailures: m.scrapeFailures.WithLabelValues(pool, replica),
+		labels:         [2]string{pool, replica},
+		m:              m,
 	}
 	for o := range numOutcomes {
 		rm.outcomes[o] = m.requests.WithLabelValues(pool, replica, o.String())

@@ -38,6 +38,9 @@ const (
 // scrapeOnce fetches every replica's /metrics once, concurrently. A failed
 // scrape keeps the previous values; they stop being Fresh after three
 // intervals (see staleAfter). Each scrape is bounded by ScrapeInterval.
+// Each round also publishes what the policy sees: the scraped gauges, their
+// age and the failures (triage_upstream_scrape*), so a stale or failing
+// signal shows on /metrics and not only in the log's transitions.
 func (p *Pool) scrapeOnce(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, r := range p.replicas {
@@ -54,10 +57,17 @@ func (p *Pool) scrapeOnce(ctx context.Context) {
 					p.log.Info("replica metrics scrape recovered", "replica", r.id)
 				}
 			}
-			if err == nil {
-				l.scrapedAt = p.now()
+			now := p.now()
+			if err != nil {
+				r.metrics.scrapeFailures.Inc()
+			} else {
+				l.scrapedAt = now
 				l.derive(r.load.Load()) // only this goroutine stores r.load
 				r.load.Store(l)
+				r.metrics.scraped(l.waiting, l.running, l.kv)
+			}
+			if last := r.load.Load(); last != nil {
+				r.metrics.scrapeAged(now.Sub(last.scrapedAt))
 			}
 		})
 	}

@@ -120,6 +120,74 @@ func TestScrapeOnce(t *testing.T) {
 	require.True(t, p.Replicas()[0].Fresh)
 }
 
+// TestScrapeMetrics: what the policy sees is on /metrics too. The scraped gauges and their
+// age appear with the first successful scrape, failed scrapes are counted and age the kept
+// values, and every series carries only the pool and replica labels.
+func TestScrapeMetrics(t *testing.T) {
+	var fail atomic.Bool
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, vllmMetrics)
+	})
+	cfg := testConfig(srv.URL, deadURL(t))
+	cfg.ScrapeInterval = Duration(2 * time.Second)
+	f := newFixture(t, cfg, &stubPicker{}, nil)
+	p, ctx := f.pool, context.Background()
+	r0 := map[string]string{"pool": "test", "replica": "r0"}
+	r1 := map[string]string{"pool": "test", "replica": "r1"}
+	gauges := []string{
+		"triage_upstream_scraped_waiting_requests", "triage_upstream_scraped_running_requests",
+		"triage_upstream_scraped_kv_cache_usage_ratio", "triage_upstream_scrape_age_seconds",
+	}
+	series := func(name string, want map[string]string) int { return len(matchingSeries(t, f.reg, name, want)) }
+
+	for _, name := range gauges {
+		require.Zero(t, series(name, nil), "%s before any scrape", name)
+	}
+	require.Equal(t, 2, series("triage_upstream_scrape_failures_total", nil), "one counter per replica, at 0")
+
+	p.scrapeOnce(ctx)
+	require.Equal(t, 4.0, f.metric(t, "triage_upstream_scraped_waiting_requests", r0))
+	require.Equal(t, 12.0, f.metric(t, "triage_upstream_scraped_running_requests", r0))
+	require.InDelta(t, 0.375, f.metric(t, "triage_upstream_scraped_kv_cache_usage_ratio", r0), 1e-9)
+	require.Equal(t, 1, series("triage_upstream_scrape_age_seconds", r0))
+	require.Zero(t, f.metric(t, "triage_upstream_scrape_age_seconds", r0))
+	require.Zero(t, f.metric(t, "triage_upstream_scrape_failures_total", r0))
+	require.Equal(t, 1.0, f.metric(t, "triage_upstream_scrape_failures_total", r1), "the dead replica")
+	for _, name := range gauges {
+		require.Zero(t, series(name, r1), "%s of a replica never scraped", name)
+	}
+
+	fail.Store(true)
+	for range 2 {
+		f.clock.advance(2 * time.Second)
+		p.scrapeOnce(ctx)
+	}
+	require.Equal(t, 2.0, f.metric(t, "triage_upstream_scrape_failures_total", r0))
+	require.Equal(t, 3.0, f.metric(t, "triage_upstream_scrape_failures_total", r1))
+	require.Equal(t, 4.0, f.metric(t, "triage_upstream_scrape_age_seconds", r0), "two failed rounds of 2s")
+	require.Equal(t, 12.0, f.metric(t, "triage_upstream_scraped_running_requests", r0), "kept, as the policy keeps them")
+
+	fail.Store(false)
+	f.clock.advance(2 * time.Second)
+	p.scrapeOnce(ctx)
+	require.Zero(t, f.metric(t, "triage_upstream_scrape_age_seconds", r0))
+	require.Equal(t, 2.0, f.metric(t, "triage_upstream_scrape_failures_total", r0), "a success does not reset the counter")
+
+	for _, name := range append(gauges, "triage_upstream_scrape_failures_total") {
+		for _, m := range matchingSeries(t, f.reg, name, nil) {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, lp.GetName())
+			}
+			require.Equal(t, []string{"pool", "replica"}, labels, name)
+		}
+	}
+}
+
 // signalBody is a /metrics body with the gauges, the token counters and
 // the two latency histograms (TPOT under the name given), split over two
 // engines as vLLM's data-parallel replicas export them.
