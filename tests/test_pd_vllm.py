@@ -3,8 +3,8 @@
 Two engines serve tiny-llama (built by `make setup-vllm`, linked from .deps/vllm-venv and
 .deps/tiny-llama): a prefill engine (kv_producer, core 0) and a decode engine (kv_consumer,
 core 1), each with its own NIXL side channel on 127.0.0.1. NIXL itself (nixl and nixl-cu13
-1.5.1, not in the engine's lock) comes from TRIAGE_NIXL_SITE, a folder made with
-`pip install --target DIR --no-deps nixl==1.5.1 nixl-cu13==1.5.1`. tests/pd/sitecustomize.py
+1.5.1, not in the engine's lock) comes from .deps/nixl-site (make setup-vllm, step nixl), or
+the folder TRIAGE_NIXL_SITE names. tests/pd/sitecustomize.py
 keeps the pair on one core each and NIXL's progress thread from spinning (see there).
 
 Both pools of the gateway are the same disaggregated pair, so whatever the route a chat or
@@ -17,8 +17,7 @@ the engines report:
 - the prefill engine killed: the next requests are answered whole by the decode engine
   (x-router-pd-fallback), correctly.
 
-The suite is skipped unless TRIAGE_NIXL_SITE names an existing folder: the NIXL wheels are a
-separate download of ~60 MB that the engine suite does not need.
+A missing NIXL folder fails the suite, it is never skipped: make test-vllm installs it.
 """
 import os
 import signal
@@ -36,7 +35,7 @@ from conftest import BIN, REPO, free_port, wait_http
 # make setup-vllm links both; TRIAGE_VLLM_VENV and TRIAGE_VLLM_MODEL point elsewhere.
 VENV = Path(os.environ.get("TRIAGE_VLLM_VENV", REPO / ".deps" / "vllm-venv"))
 MODEL = Path(os.environ.get("TRIAGE_VLLM_MODEL", REPO / ".deps" / "tiny-llama"))
-NIXL_SITE = os.environ.get("TRIAGE_NIXL_SITE", "")
+NIXL_SITE = os.environ.get("TRIAGE_NIXL_SITE", str(REPO / ".deps" / "nixl-site"))
 SITECUSTOMIZE = REPO / "tests" / "pd"
 SERVED = "tiny-llama"
 START_TIMEOUT = 480.0
@@ -44,8 +43,10 @@ EXACT = {"ignore_eos": True, "temperature": 0}
 PROMPT = ("A lighthouse keeper counts the ships that pass each night and writes their names in a "
           "book that nobody reads, until one winter a letter arrives asking for the whole list.")
 
-pytestmark = pytest.mark.skipif(not (NIXL_SITE and Path(NIXL_SITE).is_dir()),
-                                reason="TRIAGE_NIXL_SITE (pip install --target DIR nixl==1.5.1 nixl-cu13==1.5.1) not set")
+
+
+def test_nixl_is_installed():
+    assert Path(NIXL_SITE, "nixl").is_dir(), f"NIXL missing at {NIXL_SITE}: run make setup-vllm (step nixl)"
 
 
 class Engine:

@@ -12,13 +12,18 @@ import (
 
 // TestInteropWithLibzmq subscribes to a Python publisher built like vLLM's
 // (libzmq through pyzmq, payloads through msgspec), in both encodings. It
-// needs a Python with pyzmq and msgspec, named by KVEVENTS_PYTHON
-// (python3 -m venv v && v/bin/pip install pyzmq msgspec); without it the
-// test is skipped, and the Go publishers of the other tests stand in.
+// needs a Python with pyzmq and msgspec, named by KVEVENTS_PYTHON: the
+// Makefile names the vLLM engine's own venv (make setup-vllm), whose pyzmq
+// and msgspec are the ones vLLM publishes with. Without it the test fails in
+// CI (CI set) and is skipped elsewhere, where the Go publishers of the other
+// tests stand in.
 func TestInteropWithLibzmq(t *testing.T) {
 	python := os.Getenv("KVEVENTS_PYTHON")
-	if python == "" {
-		t.Skip("KVEVENTS_PYTHON not set (a python with pyzmq and msgspec)")
+	if _, err := os.Stat(python); python == "" || err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("KVEVENTS_PYTHON %q is not a python: make setup-vllm installs the one the Makefile names", python)
+		}
+		t.Skipf("KVEVENTS_PYTHON %q is not a python with pyzmq and msgspec (make setup-vllm)", python)
 	}
 	for _, tc := range []struct{ encoding, mode string }{
 		{"map", ModeConnect}, {"array", ModeConnect}, {"map", ModeBind}, {"map", "replay"},
