@@ -418,6 +418,48 @@ func TestModelAliasMustNotBeAPoolsModel(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 }
 
+// fleet.budget was renamed fleet.slots ("budget" is a time limit only): the old key and its
+// TRIAGE_ variables still load, each reported once, and spelling both is an error.
+func TestRenamedKeysStillLoad(t *testing.T) {
+	type dep struct{ old, new string }
+	load := func(src Sources) (Config, []dep, error) {
+		var got []dep
+		src.Simulate = true
+		src.Deprecated = func(old, new string) { got = append(got, dep{old, new}) }
+		cfg, err := Load(src)
+		return cfg, got, err
+	}
+	cfg, got, err := load(Sources{Environ: noEnv, File: writeFile(t, "fleet:\n  budget:\n    headroom: 3\n")})
+	require.NoError(t, err)
+	require.Equal(t, 3, cfg.Fleet.Slots.Headroom)
+	require.Equal(t, []dep{{"fleet.budget", "fleet.slots"}}, got)
+
+	cfg, got, err = load(Sources{Environ: []string{"TRIAGE_FLEET_BUDGET_HEADROOM=5"}})
+	require.NoError(t, err)
+	require.Equal(t, 5, cfg.Fleet.Slots.Headroom)
+	require.Equal(t, []dep{{"TRIAGE_FLEET_BUDGET_HEADROOM", "TRIAGE_FLEET_SLOTS_HEADROOM"}}, got)
+
+	cfg, got, err = load(Sources{Environ: []string{"TRIAGE_FLEET_SLOTS_HEADROOM=6"}, File: writeFile(t, "fleet:\n  slots:\n    headroom: 4\n")})
+	require.NoError(t, err)
+	require.Equal(t, 6, cfg.Fleet.Slots.Headroom)
+	require.Empty(t, got, "the new names are not deprecated")
+
+	_, _, err = load(Sources{Environ: noEnv, File: writeFile(t, "fleet:\n  slots:\n    headroom: 4\n  budget:\n    headroom: 3\n")})
+	require.ErrorContains(t, err, "line 4: fleet.budget: renamed to fleet.slots, which line 2 sets too")
+	_, _, err = load(Sources{Environ: []string{"TRIAGE_FLEET_BUDGET_HEADROOM=5", "TRIAGE_FLEET_SLOTS_HEADROOM=6"}})
+	require.ErrorContains(t, err, "TRIAGE_FLEET_BUDGET_HEADROOM: renamed to TRIAGE_FLEET_SLOTS_HEADROOM, which is set too")
+}
+
+// A replica that never answers must be ejected by the first-byte timeout before the request
+// times out.
+func TestFirstByteMustBeShorterThanTheRequestTimeout(t *testing.T) {
+	cfg := simulated()
+	cfg.Server.RequestTimeout = 30 * time.Second
+	cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Minute)
+	err := cfg.Validate()
+	require.ErrorContains(t, err, "pools.slow.timeouts.first_byte: must be below server.request_timeout (30s), got 1m0s")
+}
+
 // TestPricesAreCheckedAtStartup: a pool's prices are both given, finite and >= 0, or the
 // gateway does not start; the error names each bad field. Without prices a pool has no cost
 // counters, which is not an error.

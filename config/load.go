@@ -38,6 +38,10 @@ type Sources struct {
 	// relative default that does not exist under the working directory is taken from there,
 	// so the binary runs from any directory. Empty: the working directory only.
 	InstallRoot string
+	// Deprecated, when set, is told of every renamed setting read under its old name (a file
+	// key such as fleet.budget, or a TRIAGE_ variable), with the new name, which it should
+	// warn about once. Nil: they are read without a word.
+	Deprecated func(old, new string)
 	// ListenOnly loads for a caller that needs server.listen alone (--healthcheck, run
 	// beside a gateway started with flags it does not see): only the server section is
 	// validated, so a config that relies on --simulate still yields its address.
@@ -63,12 +67,16 @@ func Load(src Sources) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("config: %w", err)
 		}
-		if err := decodeYAML(data, &cfg); err != nil {
+		if err := decodeYAMLRenamed(data, &cfg, src.Deprecated); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
 		fileRelative(&cfg, filepath.Dir(path))
 	}
-	if err := applyEnv(&cfg, env); err != nil {
+	env, err := renameEnv(env, src.Deprecated)
+	if err == nil {
+		err = applyEnv(&cfg, env)
+	}
+	if err != nil {
 		return Config{}, fmt.Errorf("config: environment: %w", err)
 	}
 	if src.Listen != "" {
@@ -142,9 +150,29 @@ func exists(path string) bool {
 	return err == nil
 }
 
+// decodeYAMLRenamed is decodeYAML for a document that may spell renamed settings the old way
+// (renamed.go): they are reported to deprecated and decoded as the new ones.
+func decodeYAMLRenamed(data []byte, cfg *Config, deprecated func(old, new string)) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc, extra yaml.Node
+	if dec.Decode(&doc) != nil || dec.Decode(&extra) == nil {
+		return decodeYAML(data, cfg) // decodeYAML words the error, or refuses the second document
+	}
+	changed, err := renameYAML(&doc, deprecated)
+	if err != nil {
+		return err
+	}
+	if changed {
+		if data, err = yaml.Marshal(&doc); err != nil {
+			return err
+		}
+	}
+	return decodeYAML(data, cfg)
+}
+
 // decodeYAML decodes one YAML document over cfg, which holds the defaults: keys absent from
 // the document keep them. Unknown keys fail ("line 3: field lisen not found in type
-// config.ServerConfig"). An empty document changes nothing.
+// server.HTTPConfig"). An empty document changes nothing.
 func decodeYAML(data []byte, cfg *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node

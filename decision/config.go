@@ -12,7 +12,7 @@ const (
 	PolicyGreyZone  = "grey-zone"
 )
 
-// Units accepted in Config.ShareUnit: what the slow-share budget counts.
+// Units accepted in Config.ShareUnit: what the slow-share cap counts.
 const (
 	ShareUnitRequests = "requests"
 	ShareUnitTokens   = "tokens"
@@ -41,13 +41,13 @@ type Config struct {
 	// HighQueue. Default 3.
 	LowQueue int `yaml:"low_queue"`
 	// MaxSlowShare caps the share of routed requests (or of their tokens, see ShareUnit)
-	// that go slow over ShareWindow, in [0, 1); 0 (the default) sets no cap. See ShareBudget.
+	// that go slow over ShareWindow, in [0, 1); 0 (the default) sets no cap. See ShareCap.
 	MaxSlowShare float64 `yaml:"max_slow_share"`
 	// ShareWindow is the sliding window the slow share is kept within, in [10s, 24h].
 	// Default 5m.
 	ShareWindow time.Duration `yaml:"share_window"`
 	// ShareUnit is what the share counts: "requests" (default), each routed request once, or
-	// "tokens", each weighted by its prompt and completion tokens. See ShareBudget.
+	// "tokens", each weighted by its prompt and completion tokens. See ShareCap.
 	ShareUnit string `yaml:"share_unit"`
 }
 

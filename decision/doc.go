@@ -27,16 +27,16 @@
 //
 // A NaN probability compares false with every threshold, so it always decides fast.
 //
-// # The slow-share budget
+// # The slow-share cap
 //
-// With decision.max_slow_share set, a [ShareBudget] caps the share of routed requests that go
+// With decision.max_slow_share set, a [ShareCap] caps the share of routed requests that go
 // slow over a sliding window (decision.share_window): it keeps the window's P(slow) histogram
 // and hands the policy a floor, the (1 − max_slow_share) quantile of those scores, in
-// [State].BudgetThreshold. Slow needs P(slow) above both the policy's own threshold and the
+// [State].ShareFloor. Slow needs P(slow) above both the policy's own threshold and the
 // floor: the stricter rule wins, and the [Decision] reports both parts (LoadThreshold,
-// BudgetThreshold) beside their maximum (Threshold). The floor follows the scores, not the
+// ShareFloor) beside their maximum (Threshold). The floor follows the scores, not the
 // decisions, so it does not oscillate; after a change in the traffic mix the share reaches
-// the cap within one window (BenchmarkShareBudgetStep). With decision.share_unit tokens the
+// the cap within one window (BenchmarkShareCapStep). With decision.share_unit tokens the
 // share and the quantile are weighted by each request's tokens, observed when the request
 // completes; a request whose tokens never arrive weighs the window's mean.
 //
@@ -54,7 +54,7 @@
 //     is at or above P(slow). With Base above the cutoff this also covers P(slow) in
 //     (cutoff, Base] at zero load, because the threshold then never drops to the cutoff.
 //   - budget_shedding: the policy's own rule said slow, but P(slow) is at or below the slow-share
-//     budget's floor ([State].BudgetThreshold, from a [ShareBudget]).
+//     cap's floor ([State].ShareFloor, from a [ShareCap]).
 //   - grey_zone_fast: grey-zone policy, P(slow) inside the zone and the queue is long.
 //   - grey_zone_slow: grey-zone policy, P(slow) inside the zone and the queue is short.
 //   - slow_saturated: set by the request pipeline (package router), not by a Policy — the policy said slow but
@@ -70,7 +70,7 @@
 //
 // # Concurrency
 //
-// [ShareBudget] holds one mutex, taken once per Observe and per Threshold. Policies are
+// [ShareCap] holds one mutex, taken once per Observe and per Threshold. Policies are
 // immutable after construction: Decide is a pure function of its arguments, safe
 // for any number of goroutines, and does not allocate. [Semaphore] is lock-free (one atomic
 // counter updated by compare-and-swap) and safe for concurrent use. Decide reads no shared state

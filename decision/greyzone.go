@@ -21,7 +21,7 @@ type GreyZone struct {
 }
 
 // Decide implements Policy. The reported threshold is the model's cutoff, or the slow-share
-// budget's floor when that is higher (a slow verdict at or below the floor goes fast as
+// cap's floor when that is higher (a slow verdict at or below the floor goes fast as
 // budget_shedding).
 func (g *GreyZone) Decide(s Score, st State) Decision {
 	load := st.Load()
@@ -35,6 +35,6 @@ func (g *GreyZone) Decide(s Score, st State) Decision {
 	default: // st.QueueLen < g.LowQueue
 		d = Decision{Slow: true, Reason: ReasonGreyZoneSlow, Threshold: s.Cutoff, Load: load}
 	}
-	d.applyBudget(s, st)
+	d.applyShareCap(s, st)
 	return d
 }

@@ -11,9 +11,10 @@ const (
 	ReasonLoadShedding Reason = "load_shedding"
 	ReasonGreyZoneFast Reason = "grey_zone_fast"
 	ReasonGreyZoneSlow Reason = "grey_zone_slow"
-	// ReasonBudgetShedding: the policy's own rule said slow, but P(slow) is at or below the
-	// slow-share budget's floor (State.BudgetThreshold).
-	ReasonBudgetShedding Reason = "budget_shedding"
+	// ReasonShareShedding: the policy's own rule said slow, but P(slow) is at or below the
+	// slow-share cap's floor (State.ShareFloor). Its value keeps the name the cap had when
+	// it was called a budget: clients and dashboards match on x-router-reason.
+	ReasonShareShedding Reason = "budget_shedding"
 )
 
 // Reasons set by the request pipeline (package router) after a Policy said slow.
@@ -46,9 +47,9 @@ type State struct {
 	SlowMax int
 	// QueueLen is the number of distinct texts waiting in the classifier's batcher.
 	QueueLen int
-	// BudgetThreshold is the slow-share budget's floor (ShareBudget.Threshold): a request
+	// ShareFloor is the slow-share cap's floor (ShareCap.Threshold): a request
 	// goes slow only with P(slow) above it, whatever the policy's own rule says. 0: none.
-	BudgetThreshold float64
+	ShareFloor float64
 }
 
 // Load returns SlowActive/SlowMax limited to [0, 1]. A State with SlowMax ≤ 0 has no slow
@@ -79,8 +80,8 @@ type Decision struct {
 	// LoadThreshold is the policy's own threshold (quadratic: base + alpha·load²; grey-zone:
 	// the model's cutoff).
 	LoadThreshold float64
-	// BudgetThreshold is the slow-share budget's floor it was decided under (0: none).
-	BudgetThreshold float64
+	// ShareFloor is the slow-share cap's floor it was decided under (0: none).
+	ShareFloor float64
 	// Load is State.Load() at decision time, reported for headers and logs.
 	Load float64
 }
@@ -115,15 +116,15 @@ func modelDecision(s Score, load float64) Decision {
 	return Decision{Slow: false, Reason: ReasonFastModel, Threshold: s.Cutoff, Load: load}
 }
 
-// applyBudget applies the slow-share budget's floor to d, the policy's own decision: a slow
+// applyShareCap applies the slow-share cap's floor to d, the policy's own decision: a slow
 // verdict at or below the floor becomes fast with reason budget_shedding, and the reported
 // threshold is the larger of the two. It works in place: Decide runs on every request.
-func (d *Decision) applyBudget(s Score, st State) {
-	d.LoadThreshold, d.BudgetThreshold = d.Threshold, st.BudgetThreshold
-	if st.BudgetThreshold > d.Threshold {
-		d.Threshold = st.BudgetThreshold
+func (d *Decision) applyShareCap(s Score, st State) {
+	d.LoadThreshold, d.ShareFloor = d.Threshold, st.ShareFloor
+	if st.ShareFloor > d.Threshold {
+		d.Threshold = st.ShareFloor
 	}
-	if d.Slow && st.BudgetThreshold > 0 && !(s.PSlow > st.BudgetThreshold) {
-		d.Slow, d.Reason = false, ReasonBudgetShedding
+	if d.Slow && st.ShareFloor > 0 && !(s.PSlow > st.ShareFloor) {
+		d.Slow, d.Reason = false, ReasonShareShedding
 	}
 }

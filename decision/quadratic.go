@@ -22,7 +22,7 @@ func (q *Quadratic) Threshold(load float64) float64 {
 
 // Decide implements Policy. The model's cutoff only names the reason of a fast decision:
 // load_shedding when the model said slow, fast_model when it did not; budget_shedding when
-// the load threshold let it through and the slow-share budget's floor did not.
+// the load threshold let it through and the slow-share cap's floor did not.
 func (q *Quadratic) Decide(s Score, st State) Decision {
 	load := st.Load()
 	d := Decision{Threshold: q.Threshold(load), Load: load}
@@ -34,6 +34,6 @@ func (q *Quadratic) Decide(s Score, st State) Decision {
 	default:
 		d.Reason = ReasonFastModel
 	}
-	d.applyBudget(s, st)
+	d.applyShareCap(s, st)
 	return d
 }

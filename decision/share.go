@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// ShareBudget caps the share of routed requests, or of their tokens, that go slow over a
+// ShareCap caps the share of routed requests, or of their tokens, that go slow over a
 // sliding window.
 //
 // It keeps a histogram of the P(slow) of the requests routed in the window and turns the cap
 // into a threshold floor: the P(slow) that only MaxSlowShare of those requests exceed (the
-// (1 − MaxSlowShare) quantile). A policy applies the floor through State.BudgetThreshold:
+// (1 − MaxSlowShare) quantile). A policy applies the floor through State.ShareFloor:
 // slow iff P(slow) is above both its own (load) threshold and the floor, so the stricter rule
 // wins. When the traffic's own slow share at the load threshold is below the cap the floor
 // sits below the load threshold and changes nothing.
@@ -30,13 +30,13 @@ import (
 // not move it, so it cannot overshoot and swing back the way a controller chasing its own
 // measured share does. After a change in the traffic mix it moves monotonically to the new
 // quantile as the old requests leave the window: the share converges within one window (see
-// the package benchmark). Two approximations, both documented where the budget is configured:
+// the package benchmark). Two approximations, both documented where the cap is configured:
 // scores are kept to 0.001, and requests with equal scores cannot be split, so a mass of equal
 // scores at the quantile keeps the share below the cap rather than above it.
 //
 // Safe for concurrent use: one mutex, held for a histogram update or, every few requests, a
 // scan of the histogram's 1000 bins. Memory is fixed: 21 histograms of 1000 bins.
-type ShareBudget struct {
+type ShareCap struct {
 	max    float64
 	tokens bool // the tokens unit
 	slot   time.Duration
@@ -71,32 +71,32 @@ const (
 	shareSlots = 20
 	// shareBins is the histogram's resolution: P(slow) kept to 1/shareBins.
 	shareBins = 1000
-	// ShareMinSamples is how many routed requests the window must hold before the budget
+	// ShareMinSamples is how many routed requests the window must hold before the cap
 	// applies: a quantile of a handful of scores would swing with each one.
 	ShareMinSamples = 50
 	// shareRecompute is how many observations may pass before the floor is recomputed.
 	shareRecompute = 8
 )
 
-// NewShareBudget returns the budget cfg configures. With cfg.MaxSlowShare 0 it sets no floor
+// NewShareCap returns the cap cfg configures. With cfg.MaxSlowShare 0 it sets no floor
 // and only measures the window's slow share. cfg must be valid. now tells time; nil means
 // time.Now.
-func NewShareBudget(cfg Config, now func() time.Time) *ShareBudget {
+func NewShareCap(cfg Config, now func() time.Time) *ShareCap {
 	if now == nil {
 		now = time.Now
 	}
-	b := &ShareBudget{max: cfg.MaxSlowShare, tokens: cfg.ShareUnit == ShareUnitTokens, slot: cfg.ShareWindow / shareSlots, now: now}
+	b := &ShareCap{max: cfg.MaxSlowShare, tokens: cfg.ShareUnit == ShareUnitTokens, slot: cfg.ShareWindow / shareSlots, now: now}
 	b.cur = b.index(now())
 	return b
 }
 
-func (b *ShareBudget) index(t time.Time) int64 { return t.UnixNano() / int64(b.slot) }
+func (b *ShareCap) index(t time.Time) int64 { return t.UnixNano() / int64(b.slot) }
 
 // Max returns the configured cap; 0 when there is none.
-func (b *ShareBudget) Max() float64 { return b.max }
+func (b *ShareCap) Max() float64 { return b.max }
 
 // Unit returns what the share counts: ShareUnitRequests or ShareUnitTokens.
-func (b *ShareBudget) Unit() string {
+func (b *ShareCap) Unit() string {
 	if b.tokens {
 		return ShareUnitTokens
 	}
@@ -106,14 +106,14 @@ func (b *ShareBudget) Unit() string {
 // Observe records one routed request: its P(slow) and whether it went slow. In the tokens
 // unit it is a request whose tokens are unknown: it weighs the window's mean tokens per
 // metered request. A NaN score is not recorded.
-func (b *ShareBudget) Observe(pSlow float64, slow bool) {
+func (b *ShareCap) Observe(pSlow float64, slow bool) {
 	b.observe(pSlow, slow, 1, !b.tokens)
 }
 
 // ObserveTokens records one completed routed request and the tokens (prompt and completion)
 // it cost; in the requests unit the tokens are ignored. Negative tokens mean unknown, as
 // Observe. A NaN score is not recorded.
-func (b *ShareBudget) ObserveTokens(pSlow float64, slow bool, tokens int) {
+func (b *ShareCap) ObserveTokens(pSlow float64, slow bool, tokens int) {
 	if !b.tokens {
 		b.observe(pSlow, slow, 1, true)
 		return
@@ -121,7 +121,7 @@ func (b *ShareBudget) ObserveTokens(pSlow float64, slow bool, tokens int) {
 	b.observe(pSlow, slow, uint64(max(tokens, 0)), tokens >= 0)
 }
 
-func (b *ShareBudget) observe(pSlow float64, slow bool, w uint64, metered bool) {
+func (b *ShareCap) observe(pSlow float64, slow bool, w uint64, metered bool) {
 	if math.IsNaN(pSlow) {
 		return
 	}
@@ -151,7 +151,7 @@ func (b *ShareBudget) observe(pSlow float64, slow bool, w uint64, metered bool) 
 // Threshold returns the floor: the P(slow) a request must exceed for the slow share of the
 // window to stay within the cap. 0 (no floor) while the window holds fewer than
 // ShareMinSamples requests or when the cap is not binding.
-func (b *ShareBudget) Threshold() float64 {
+func (b *ShareCap) Threshold() float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance()
@@ -164,7 +164,7 @@ func (b *ShareBudget) Threshold() float64 {
 
 // Share returns the share of the window's routed requests (in the tokens unit: of their
 // tokens) that went slow, and how many requests the window holds.
-func (b *ShareBudget) Share() (share float64, n int) {
+func (b *ShareCap) Share() (share float64, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance()
@@ -178,7 +178,7 @@ func (b *ShareBudget) Share() (share float64, n int) {
 
 // meanWeight is the weight of a request of unknown weight: the window's mean weight per
 // request of known weight, or 1 when it holds none. Called with mu held.
-func (b *ShareBudget) meanWeight() float64 {
+func (b *ShareCap) meanWeight() float64 {
 	if b.win.metered == 0 {
 		return 1
 	}
@@ -186,7 +186,7 @@ func (b *ShareBudget) meanWeight() float64 {
 }
 
 // advance expires the slots that the clock has moved past; called with mu held.
-func (b *ShareBudget) advance() {
+func (b *ShareCap) advance() {
 	k := b.index(b.now())
 	if k <= b.cur {
 		return
@@ -212,7 +212,7 @@ func (b *ShareBudget) advance() {
 
 // quantile is the lowest bin edge such that the scores above it carry at most max of the
 // window's weight; called with mu held.
-func (b *ShareBudget) quantile() float64 {
+func (b *ShareCap) quantile() float64 {
 	if b.max == 0 || b.win.n() < ShareMinSamples {
 		return 0
 	}

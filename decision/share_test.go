@@ -23,7 +23,7 @@ func shareConfig(maxShare float64, window time.Duration) Config {
 	return cfg
 }
 
-func TestShareBudgetConfig(t *testing.T) {
+func TestShareCapConfig(t *testing.T) {
 	for _, tc := range []struct {
 		maxShare float64
 		window   time.Duration
@@ -46,7 +46,7 @@ func TestShareBudgetConfig(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 
-	measure := NewShareBudget(shareConfig(0, time.Minute), nil)
+	measure := NewShareCap(shareConfig(0, time.Minute), nil)
 	for i := range 100 {
 		measure.Observe(float64(i)/100, i%2 == 0)
 	}
@@ -56,9 +56,9 @@ func TestShareBudgetConfig(t *testing.T) {
 	require.InDelta(t, 0.5, share, 1e-9)
 }
 
-func TestShareBudgetFloorIsTheQuantile(t *testing.T) {
+func TestShareCapFloorIsTheQuantile(t *testing.T) {
 	clock := &fakeNow{t: time.Unix(1_700_000_000, 0)}
-	b := NewShareBudget(shareConfig(0.25, time.Minute), clock.now)
+	b := NewShareCap(shareConfig(0.25, time.Minute), clock.now)
 
 	// Fewer than ShareMinSamples: no floor.
 	for i := range ShareMinSamples - 1 {
@@ -68,7 +68,7 @@ func TestShareBudgetFloorIsTheQuantile(t *testing.T) {
 
 	// 100 scores 0.00, 0.01, ..., 0.99: the floor is the top edge of 0.74's bin, which the
 	// 25 scores 0.75 ... 0.99 exceed: exactly the cap.
-	b = NewShareBudget(shareConfig(0.25, time.Minute), clock.now)
+	b = NewShareCap(shareConfig(0.25, time.Minute), clock.now)
 	for i := range 100 {
 		b.Observe(float64(i)/100, i >= 75)
 	}
@@ -78,7 +78,7 @@ func TestShareBudgetFloorIsTheQuantile(t *testing.T) {
 	require.InDelta(t, 0.25, share, 1e-9)
 
 	// A loose cap gives a low floor, below any load threshold: it changes no decision.
-	loose := NewShareBudget(shareConfig(0.9, time.Minute), clock.now)
+	loose := NewShareCap(shareConfig(0.9, time.Minute), clock.now)
 	for i := range 100 {
 		loose.Observe(float64(i)/1000, false)
 	}
@@ -97,7 +97,7 @@ func TestShareUnitConfig(t *testing.T) {
 		cfg := shareConfig(0.3, time.Minute)
 		cfg.ShareUnit = unit
 		require.NoError(t, cfg.Validate())
-		require.Equal(t, unit, NewShareBudget(cfg, nil).Unit())
+		require.Equal(t, unit, NewShareCap(cfg, nil).Unit())
 	}
 	for _, unit := range []string{"", "token", "Tokens"} {
 		cfg := shareConfig(0, time.Minute) // validated even with no cap
@@ -108,16 +108,16 @@ func TestShareUnitConfig(t *testing.T) {
 }
 
 // tokenBudget returns a tokens-unit budget with cap maxShare over a minute.
-func tokenBudget(maxShare float64, now func() time.Time) *ShareBudget {
+func tokenBudget(maxShare float64, now func() time.Time) *ShareCap {
 	cfg := shareConfig(maxShare, time.Minute)
 	cfg.ShareUnit = ShareUnitTokens
-	return NewShareBudget(cfg, now)
+	return NewShareCap(cfg, now)
 }
 
-// TestShareBudgetTokenQuantile: hard requests that cost 3× the tokens of easy ones are 25% of
+// TestShareCapTokenQuantile: hard requests that cost 3× the tokens of easy ones are 25% of
 // the requests but 50% of the tokens. A 30% cap on tokens lets 15 of them through (4500 of
 // 15000 tokens); the same cap on requests would let 30 through.
-func TestShareBudgetTokenQuantile(t *testing.T) {
+func TestShareCapTokenQuantile(t *testing.T) {
 	clock := &fakeNow{t: time.Unix(1_700_000_000, 0)}
 	// Scores in the middle of their bins: 75 easy at 0.0005 ... 0.7405 with 100 tokens, 25
 	// hard at 0.7505 ... 0.9905 with 300.
@@ -129,7 +129,7 @@ func TestShareBudgetTokenQuantile(t *testing.T) {
 		return 100
 	}
 	tok := tokenBudget(0.3, clock.now)
-	req := NewShareBudget(shareConfig(0.3, time.Minute), clock.now)
+	req := NewShareCap(shareConfig(0.3, time.Minute), clock.now)
 	for i := range 100 {
 		tok.ObserveTokens(score(i), i >= 75, tokens(i))
 		req.ObserveTokens(score(i), i >= 75, tokens(i)) // the requests unit ignores the tokens
@@ -153,9 +153,9 @@ func TestShareBudgetTokenQuantile(t *testing.T) {
 	require.InDelta(t, 0.3, share, 1e-9)
 }
 
-// TestShareBudgetUnmetered: a request whose tokens never arrive weighs the window's mean
+// TestShareCapUnmetered: a request whose tokens never arrive weighs the window's mean
 // tokens per metered request, so it neither vanishes from the share nor swamps it.
-func TestShareBudgetUnmetered(t *testing.T) {
+func TestShareCapUnmetered(t *testing.T) {
 	clock := &fakeNow{t: time.Unix(1_700_000_000, 0)}
 	b := tokenBudget(0.3, clock.now)
 
@@ -196,9 +196,9 @@ func TestShareBudgetUnmetered(t *testing.T) {
 	require.InDelta(t, 0.4, share, 1e-9)
 }
 
-func TestShareBudgetWindowSlides(t *testing.T) {
+func TestShareCapWindowSlides(t *testing.T) {
 	clock := &fakeNow{t: time.Unix(1_700_000_000, 0)}
-	b := NewShareBudget(shareConfig(0.1, time.Minute), clock.now)
+	b := NewShareCap(shareConfig(0.1, time.Minute), clock.now)
 	for range 100 {
 		b.Observe(0.9, true)
 	}
@@ -237,16 +237,16 @@ func TestBudgetFloorInDecisions(t *testing.T) {
 		reason Reason
 		thr    float64
 	}{
-		{"above both", q, 0.9, State{SlowMax: 10, BudgetThreshold: 0.8}, true, ReasonSlowGranted, 0.8},
-		{"between: the budget binds", q, 0.7, State{SlowMax: 10, BudgetThreshold: 0.8}, false, ReasonBudgetShedding, 0.8},
-		{"at the floor", q, 0.8, State{SlowMax: 10, BudgetThreshold: 0.8}, false, ReasonBudgetShedding, 0.8},
-		{"below both: the load binds", q, 0.7, State{SlowActive: 10, SlowMax: 10, BudgetThreshold: 0.8}, false, ReasonLoadShedding, 0.95},
-		{"floor below the load threshold", q, 0.6, State{SlowActive: 5, SlowMax: 10, BudgetThreshold: 0.55}, false, ReasonLoadShedding, 0.6125},
-		{"model fast", q, 0.3, State{SlowMax: 10, BudgetThreshold: 0.8}, false, ReasonFastModel, 0.8},
+		{"above both", q, 0.9, State{SlowMax: 10, ShareFloor: 0.8}, true, ReasonSlowGranted, 0.8},
+		{"between: the budget binds", q, 0.7, State{SlowMax: 10, ShareFloor: 0.8}, false, ReasonShareShedding, 0.8},
+		{"at the floor", q, 0.8, State{SlowMax: 10, ShareFloor: 0.8}, false, ReasonShareShedding, 0.8},
+		{"below both: the load binds", q, 0.7, State{SlowActive: 10, SlowMax: 10, ShareFloor: 0.8}, false, ReasonLoadShedding, 0.95},
+		{"floor below the load threshold", q, 0.6, State{SlowActive: 5, SlowMax: 10, ShareFloor: 0.55}, false, ReasonLoadShedding, 0.6125},
+		{"model fast", q, 0.3, State{SlowMax: 10, ShareFloor: 0.8}, false, ReasonFastModel, 0.8},
 		{"no floor", q, 0.51, State{SlowMax: 10}, true, ReasonSlowGranted, 0.5},
-		{"grey zone: label slow under the floor", g, 0.7, State{SlowMax: 10, BudgetThreshold: 0.8}, false, ReasonBudgetShedding, 0.8},
-		{"grey zone: short queue under the floor", g, 0.5, State{SlowMax: 10, BudgetThreshold: 0.8}, false, ReasonBudgetShedding, 0.8},
-		{"grey zone: above the floor", g, 0.85, State{SlowMax: 10, BudgetThreshold: 0.8}, true, ReasonSlowGranted, 0.8},
+		{"grey zone: label slow under the floor", g, 0.7, State{SlowMax: 10, ShareFloor: 0.8}, false, ReasonShareShedding, 0.8},
+		{"grey zone: short queue under the floor", g, 0.5, State{SlowMax: 10, ShareFloor: 0.8}, false, ReasonShareShedding, 0.8},
+		{"grey zone: above the floor", g, 0.85, State{SlowMax: 10, ShareFloor: 0.8}, true, ReasonSlowGranted, 0.8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,8 +254,8 @@ func TestBudgetFloorInDecisions(t *testing.T) {
 			require.Equal(t, tt.slow, d.Slow)
 			require.Equal(t, tt.reason, d.Reason)
 			require.InDelta(t, tt.thr, d.Threshold, 1e-12)
-			require.Equal(t, tt.st.BudgetThreshold, d.BudgetThreshold)
-			require.Equal(t, math.Max(d.LoadThreshold, d.BudgetThreshold), d.Threshold, "the stricter part is the threshold")
+			require.Equal(t, tt.st.ShareFloor, d.ShareFloor)
+			require.Equal(t, math.Max(d.LoadThreshold, d.ShareFloor), d.Threshold, "the stricter part is the threshold")
 		})
 	}
 }
@@ -298,7 +298,7 @@ func simulateStep(sp stepSpec) stepResult {
 	clock := &fakeNow{t: time.Unix(1_700_000_000, 0)}
 	cfg := shareConfig(sp.maxShare, sp.window)
 	cfg.ShareUnit = sp.unit
-	b := NewShareBudget(cfg, clock.now)
+	b := NewShareCap(cfg, clock.now)
 	p, _ := NewPolicy(cfg)
 	rng := rand.New(rand.NewPCG(1, 2))
 	res := stepResult{bucket: 10 * time.Second}
@@ -318,7 +318,7 @@ func simulateStep(sp stepSpec) stepResult {
 			ps = 0.55 + rng.Float64()*0.45
 			mean = sp.hardTokens
 		}
-		d := p.Decide(Score{PSlow: ps, Cutoff: 0.5}, State{SlowMax: 50, BudgetThreshold: b.Threshold()})
+		d := p.Decide(Score{PSlow: ps, Cutoff: 0.5}, State{SlowMax: 50, ShareFloor: b.Threshold()})
 		w := 1.0
 		if sp.unit == ShareUnitTokens {
 			tokens := mean/2 + rng.IntN(mean)
@@ -351,11 +351,11 @@ func simulateStep(sp stepSpec) stepResult {
 	return res
 }
 
-// TestShareBudgetConvergesAfterAStep: traffic whose own slow share is under a 30% cap is left
+// TestShareCapConvergesAfterAStep: traffic whose own slow share is under a 30% cap is left
 // alone; when hard requests jump to 60%, the share comes down to the cap within one window
 // and stays there, without swinging below it. In requests (20% hard before the step) and in
 // tokens (10% hard requests, 3× the tokens: 25% of the tokens before the step).
-func TestShareBudgetConvergesAfterAStep(t *testing.T) {
+func TestShareCapConvergesAfterAStep(t *testing.T) {
 	for _, tc := range []struct {
 		sp     stepSpec
 		before float64 // the share before the step, under the cap
@@ -380,11 +380,11 @@ func TestShareBudgetConvergesAfterAStep(t *testing.T) {
 	}
 }
 
-// BenchmarkShareBudgetStep shows the slow share over time around a step in the traffic mix
+// BenchmarkShareCapStep shows the slow share over time around a step in the traffic mix
 // and reports the settling time: requests (20% → 60% hard requests, 30% cap, 2m window) and
 // tokens (10% → 60% hard requests costing 3× the tokens, 30% cap on tokens, 2m window). Run
-// with -v for the series. The per-request cost of the budget is BenchmarkShareBudget's.
-func BenchmarkShareBudgetStep(b *testing.B) {
+// with -v for the series. The per-request cost of the budget is BenchmarkShareCap's.
+func BenchmarkShareCapStep(b *testing.B) {
 	for _, sp := range []stepSpec{requestStep, tokenStep} {
 		b.Run(sp.unit, func(b *testing.B) {
 			var r stepResult
@@ -407,9 +407,9 @@ func BenchmarkShareBudgetStep(b *testing.B) {
 	}
 }
 
-func BenchmarkShareBudget(b *testing.B) {
+func BenchmarkShareCap(b *testing.B) {
 	b.ReportAllocs()
-	bud := NewShareBudget(shareConfig(0.3, 5*time.Minute), nil)
+	bud := NewShareCap(shareConfig(0.3, 5*time.Minute), nil)
 	for i := 0; b.Loop(); i++ {
 		ps := float64(i&1023) / 1024
 		_ = bud.Threshold()

@@ -79,7 +79,7 @@ func joinWithPool(t *testing.T, cfg Config, id, policyName string, urls []string
 	if f.Affinity != nil {
 		require.NoError(t, f.Affinity.Attach(pool))
 	}
-	g := &affGateway{gateway: &gateway{conn: f.Conn, budget: f.Budget, cache: f.Cache}, aff: f.Affinity, pool: pool}
+	g := &affGateway{gateway: &gateway{conn: f.Conn, slots: f.Slots, cache: f.Cache}, aff: f.Affinity, pool: pool}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.wg.Go(func() { f.Run(ctx) })

@@ -33,7 +33,7 @@ type Config struct {
 	// DialTimeout bounds connecting to Redis. Default 1s.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// CommandTimeout bounds one Redis command or pipeline on the request path (shared-cache
-	// lookups, budget top-ups). A command that takes longer counts as a miss. Default 50ms.
+	// lookups, slot top-ups). A command that takes longer counts as a miss. Default 50ms.
 	CommandTimeout time.Duration `yaml:"command_timeout"`
 	// CheckInterval is how often Redis is pinged while up and retried while down. A failed
 	// ping or command marks it down at once; the gateway falls back to local state and
@@ -43,14 +43,14 @@ type Config struct {
 	// startup (hostname plus random suffix). Ids must be unique across the fleet.
 	GatewayID string `yaml:"gateway_id"`
 
-	Budget   BudgetConfig   `yaml:"budget"`
+	Slots    SlotsConfig    `yaml:"slots"`
 	Cache    CacheConfig    `yaml:"cache"`
 	Affinity AffinityConfig `yaml:"affinity"`
 }
 
-// BudgetConfig tunes the fleet-wide slow-path budget. decision.max_slow_concurrency is the
+// SlotsConfig tunes the fleet-wide slow slots. decision.max_slow_concurrency is the
 // whole fleet's in fleet mode.
-type BudgetConfig struct {
+type SlotsConfig struct {
 	// SyncInterval is how often a gateway reports its slow requests in flight to Redis and
 	// adjusts its grant of slots. The view of the other gateways' load is at most this old
 	// (plus one round trip). Default 100ms.
@@ -64,7 +64,7 @@ type BudgetConfig struct {
 	// gateways keep more (about two sync intervals of their recent slow rate). >= 1.
 	// Default 2.
 	Headroom int `yaml:"headroom"`
-	// FallbackSlots is the budget of a gateway that has never reached Redis (started while it
+	// FallbackSlots is the slot count of a gateway that has never reached Redis (started while it
 	// was down). A gateway that had a grant keeps it through an outage. >= 0. Default 4.
 	FallbackSlots int `yaml:"fallback_slots"`
 }
@@ -108,7 +108,7 @@ func DefaultConfig() Config {
 		DialTimeout:    time.Second,
 		CommandTimeout: 50 * time.Millisecond,
 		CheckInterval:  250 * time.Millisecond,
-		Budget: BudgetConfig{
+		Slots: SlotsConfig{
 			SyncInterval:  100 * time.Millisecond,
 			LeaseTTL:      5 * time.Second,
 			Headroom:      2,
@@ -142,21 +142,21 @@ func (c Config) ValidateAt(path string) error {
 		v     time.Duration
 	}{
 		{"dial_timeout", c.DialTimeout}, {"command_timeout", c.CommandTimeout}, {"check_interval", c.CheckInterval},
-		{"budget.sync_interval", c.Budget.SyncInterval}, {"budget.lease_ttl", c.Budget.LeaseTTL}, {"cache.ttl", c.Cache.TTL},
+		{"slots.sync_interval", c.Slots.SyncInterval}, {"slots.lease_ttl", c.Slots.LeaseTTL}, {"cache.ttl", c.Cache.TTL},
 		{"affinity.load_interval", c.Affinity.LoadInterval}, {"affinity.load_expiry", c.Affinity.LoadExpiry},
 	} {
 		if d.v <= 0 {
 			bad(d.field, "must be > 0, got %s", d.v)
 		}
 	}
-	if c.Budget.SyncInterval > 0 && c.Budget.LeaseTTL < 5*c.Budget.SyncInterval {
-		bad("budget.lease_ttl", "must be >= 5 × budget.sync_interval (%s), got %s", 5*c.Budget.SyncInterval, c.Budget.LeaseTTL)
+	if c.Slots.SyncInterval > 0 && c.Slots.LeaseTTL < 5*c.Slots.SyncInterval {
+		bad("slots.lease_ttl", "must be >= 5 × slots.sync_interval (%s), got %s", 5*c.Slots.SyncInterval, c.Slots.LeaseTTL)
 	}
-	if c.Budget.Headroom < 1 {
-		bad("budget.headroom", "must be >= 1, got %d", c.Budget.Headroom)
+	if c.Slots.Headroom < 1 {
+		bad("slots.headroom", "must be >= 1, got %d", c.Slots.Headroom)
 	}
-	if c.Budget.FallbackSlots < 0 {
-		bad("budget.fallback_slots", "must be >= 0, got %d", c.Budget.FallbackSlots)
+	if c.Slots.FallbackSlots < 0 {
+		bad("slots.fallback_slots", "must be >= 0, got %d", c.Slots.FallbackSlots)
 	}
 	if c.Cache.WriteQueue < 1 || c.Cache.WriteQueue > 1<<20 {
 		bad("cache.write_queue", "must be in [1, %d], got %d", 1<<20, c.Cache.WriteQueue)

@@ -31,7 +31,7 @@ type Options struct {
 }
 
 // Conn is a gateway's connection to the fleet's Redis and its view of whether Redis is up.
-// Every fleet part (budget, shared cache) goes through it: while it is down they fall back
+// Every fleet part (slots, shared cache) goes through it: while it is down they fall back
 // to local state at once and make no Redis calls, and they rejoin when it is back up.
 //
 // The Redis client is rueidis: its automatic pipelining sends the commands that concurrent

@@ -15,10 +15,10 @@ import (
 	"github.com/triage-gw/triage/internal/redistest"
 )
 
-// Three gateways hammer one fleet budget of 10 slots from 8 goroutines each: the slots
+// Three gateways hammer one fleet of 10 slow slots from 8 goroutines each: the slots
 // held across the fleet, counted exactly by the test, never exceed 10, and the fleet uses
-// most of its budget (the grants follow the demand).
-func TestBudgetNeverExceedsMaxUnderConcurrency(t *testing.T) {
+// most of its slots (the grants follow the demand).
+func TestSlotsNeverExceedMaxUnderConcurrency(t *testing.T) {
 	r := redistest.Start(t)
 	cfg := testFleetConfig(r.URL())
 	const max = 10
@@ -34,7 +34,7 @@ func TestBudgetNeverExceedsMaxUnderConcurrency(t *testing.T) {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(w), 7))
 				for time.Now().Before(deadline) {
-					if !g.budget.TryAcquire() {
+					if !g.slots.TryAcquire() {
 						refused.Add(1)
 						time.Sleep(time.Millisecond)
 						continue
@@ -45,18 +45,18 @@ func TestBudgetNeverExceedsMaxUnderConcurrency(t *testing.T) {
 					taken.Add(1)
 					time.Sleep(time.Duration(1+rng.IntN(4)) * time.Millisecond)
 					inFlight.Add(-1)
-					g.budget.Release()
+					g.slots.Release()
 				}
 			})
 		}
 	}
 	wg.Wait()
 	t.Logf("taken %d, refused %d, peak in flight %d of %d", taken.Load(), refused.Load(), peak.Load(), max)
-	require.LessOrEqual(t, peak.Load(), int64(max), "the fleet held more slots than its budget")
-	require.GreaterOrEqual(t, peak.Load(), int64(max-2), "the fleet should use most of its budget under this demand")
+	require.LessOrEqual(t, peak.Load(), int64(max), "the fleet held more slots than it has")
+	require.GreaterOrEqual(t, peak.Load(), int64(max-2), "the fleet should use most of its slots under this demand")
 	require.Greater(t, taken.Load(), int64(1000))
 	for _, g := range gws {
-		a, _ := g.budget.Local()
+		a, _ := g.slots.Local()
 		require.Zero(t, a)
 	}
 }
@@ -73,7 +73,7 @@ func TestDeadGatewaysSlotsReturnWithinTheLease(t *testing.T) {
 	cfgDead.GatewayID = "doomed"
 	conn, err := Dial(cfgDead, Options{Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	doomed, err := NewBudget(conn, max)
+	doomed, err := NewSlots(conn, max)
 	require.NoError(t, err)
 	for doomed.TryAcquire() {
 	}
@@ -81,23 +81,23 @@ func TestDeadGatewaysSlotsReturnWithinTheLease(t *testing.T) {
 	require.Equal(t, max, held, "with the fleet to itself it can take every slot")
 
 	alive := joinFleet(t, cfg, "alive", max)
-	require.False(t, alive.budget.TryAcquire(), "every slot is held by the other gateway")
+	require.False(t, alive.slots.TryAcquire(), "every slot is held by the other gateway")
 	died := time.Now()
 	var back time.Duration
 	require.Eventually(t, func() bool {
-		if alive.budget.TryAcquire() {
+		if alive.slots.TryAcquire() {
 			back = time.Since(died)
 			return true
 		}
 		return false
 	}, 5*time.Second, 5*time.Millisecond)
-	t.Logf("slots back after %s (lease %s, sync %s)", back, cfg.Budget.LeaseTTL, cfg.Budget.SyncInterval)
-	require.Less(t, back, cfg.Budget.LeaseTTL+5*cfg.Budget.SyncInterval+cfg.CommandTimeout)
+	t.Logf("slots back after %s (lease %s, sync %s)", back, cfg.Slots.LeaseTTL, cfg.Slots.SyncInterval)
+	require.Less(t, back, cfg.Slots.LeaseTTL+5*cfg.Slots.SyncInterval+cfg.CommandTimeout)
 	require.Eventually(t, func() bool {
-		alive.budget.TryAcquire()
-		a, _ := alive.budget.Local()
+		alive.slots.TryAcquire()
+		a, _ := alive.slots.Local()
 		return a == max
-	}, 2*time.Second, 5*time.Millisecond, "the whole budget is usable again")
+	}, 2*time.Second, 5*time.Millisecond, "every slot is usable again")
 }
 
 // A gateway that shuts down gives its grant back at once.
@@ -105,16 +105,16 @@ func TestStoppedGatewayGivesItsGrantBack(t *testing.T) {
 	r := redistest.Start(t)
 	cfg := testFleetConfig(r.URL())
 	a := joinFleet(t, cfg, "a", 4)
-	for a.budget.TryAcquire() {
+	for a.slots.TryAcquire() {
 	}
 	for range 4 {
-		a.budget.Release()
+		a.slots.Release()
 	}
 	b := joinFleet(t, cfg, "b", 4)
 	a.stop()
 	require.Eventually(t, func() bool {
-		b.budget.TryAcquire()
-		n, _ := b.budget.Local()
+		b.slots.TryAcquire()
+		n, _ := b.slots.Local()
 		return n == 4
 	}, 500*time.Millisecond, 5*time.Millisecond)
 }
@@ -130,7 +130,7 @@ func TestActiveIsTheFleetsLoad(t *testing.T) {
 	acquire := func(g *gateway, n int) {
 		held := 0
 		require.Eventually(t, func() bool {
-			for held < n && g.budget.TryAcquire() {
+			for held < n && g.slots.TryAcquire() {
 				held++
 			}
 			return held == n
@@ -138,8 +138,8 @@ func TestActiveIsTheFleetsLoad(t *testing.T) {
 	}
 	acquire(a, 5)
 	acquire(b, 1)
-	require.Eventually(t, func() bool { return b.budget.Active() == 6 && a.budget.Active() == 6 }, 2*time.Second, 5*time.Millisecond)
-	require.Equal(t, 20, b.budget.Max())
+	require.Eventually(t, func() bool { return b.slots.Active() == 6 && a.slots.Active() == 6 }, 2*time.Second, 5*time.Millisecond)
+	require.Equal(t, 20, b.slots.Max())
 }
 
 // Cache entries written by one gateway are hits on another, keyed by model version, and a
@@ -177,9 +177,9 @@ func TestRedisOutageFallsBackAndRejoins(t *testing.T) {
 	r := redistest.Start(t)
 	cfg := testFleetConfig(r.URL())
 	a, b := joinFleet(t, cfg, "a", 8), joinFleet(t, cfg, "b", 8)
-	require.True(t, a.budget.TryAcquire())
-	require.True(t, b.budget.TryAcquire())
-	_, aLimit := a.budget.Local()
+	require.True(t, a.slots.TryAcquire())
+	require.True(t, b.slots.TryAcquire())
+	_, aLimit := a.slots.Local()
 
 	r.Stop()
 	stopped := time.Now()
@@ -189,30 +189,30 @@ func TestRedisOutageFallsBackAndRejoins(t *testing.T) {
 
 	// Local state: the grant held before the outage, no Redis call, nothing blocks.
 	start := time.Now()
-	_, limit := a.budget.Local()
+	_, limit := a.slots.Local()
 	require.Equal(t, aLimit, limit, "the grant is kept through the outage")
 	got := 0
-	for a.budget.TryAcquire() {
+	for a.slots.TryAcquire() {
 		got++
 	}
 	require.Equal(t, aLimit-1, got)
 	_, found := a.cache.Get(context.Background(), "v1", []string{"x"})
 	require.False(t, found[0])
 	require.Less(t, time.Since(start), 50*time.Millisecond, "no request waits on a dead Redis")
-	require.Equal(t, aLimit, a.budget.Max(), "the load is this gateway's own share while down")
+	require.Equal(t, aLimit, a.slots.Max(), "the load is this gateway's own share while down")
 
 	for range got + 1 {
-		a.budget.Release()
+		a.slots.Release()
 	}
 	r.Start()
 	require.Eventually(t, func() bool { return a.conn.Up() && b.conn.Up() }, 2*time.Second, 5*time.Millisecond)
-	b.budget.Release()
+	b.slots.Release()
 	// Both have synced again: nothing held, the fleet's accounting agrees.
 	require.Eventually(t, func() bool {
-		return a.budget.Active() == 0 && b.budget.Active() == 0 && a.budget.syncAge() < 0.2
+		return a.slots.Active() == 0 && b.slots.Active() == 0 && a.slots.syncAge() < 0.2
 	}, 3*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
-		active, err := r.Command("HVALS", a.budget.keys[1])
+		active, err := r.Command("HVALS", a.slots.keys[1])
 		return err == nil && active == "0,0"
 	}, 3*time.Second, 5*time.Millisecond, "both gateways report 0 slots in flight: none leaked")
 }
@@ -223,10 +223,10 @@ func TestDialUnreachable(t *testing.T) {
 	c, err := Dial(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err, "not required: start in local mode")
 	require.False(t, c.Up())
-	b, err := NewBudget(c, 10)
+	b, err := NewSlots(c, 10)
 	require.NoError(t, err)
 	_, limit := b.Local()
-	require.Equal(t, cfg.Budget.FallbackSlots, limit)
+	require.Equal(t, cfg.Slots.FallbackSlots, limit)
 
 	cfg.Required = true
 	_, err = Dial(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -244,8 +244,8 @@ func TestConfigValidation(t *testing.T) {
 		{"unparsable", func(c *Config) { c.URL = "redis://[::1" }, "fleet.url: cannot parse"},
 		{"password in url", func(c *Config) { c.URL = "redis://u:secret@x:6379" }, "password_env"},
 		{"prefix", func(c *Config) { c.KeyPrefix = "a b" }, "fleet.key_prefix"},
-		{"lease too short", func(c *Config) { c.Budget.LeaseTTL = 50 * time.Millisecond }, "fleet.budget.lease_ttl: must be >= 5"},
-		{"headroom", func(c *Config) { c.Budget.Headroom = 0 }, "fleet.budget.headroom"},
+		{"lease too short", func(c *Config) { c.Slots.LeaseTTL = 50 * time.Millisecond }, "fleet.slots.lease_ttl: must be >= 5"},
+		{"headroom", func(c *Config) { c.Slots.Headroom = 0 }, "fleet.slots.headroom"},
 		{"timeout", func(c *Config) { c.CommandTimeout = 0 }, "fleet.command_timeout: must be > 0"},
 		{"load interval", func(c *Config) { c.Affinity.LoadInterval = 0 }, "fleet.affinity.load_interval: must be > 0"},
 		{"load expiry", func(c *Config) { c.Affinity.LoadExpiry = 150 * time.Millisecond }, "fleet.affinity.load_expiry: must be >= 2"},
@@ -265,46 +265,46 @@ func TestConfigValidation(t *testing.T) {
 }
 
 // After a rejoin a gateway keeps its grant for one lease, whatever its use does meanwhile:
-// a dip in use must not shrink the grant until the hold ends (the fleet's budget would stay
+// a dip in use must not shrink the grant until the hold ends (the fleet's slots would stay
 // short for the whole lease), and a rise must not grow it.
 func TestRejoinHoldsTheGrantAsItIs(t *testing.T) {
 	r := redistest.Start(t)
 	cfg := testFleetConfig(r.URL())
-	cfg.Budget.LeaseTTL = 2 * time.Second // a hold long enough to watch many syncs in it
+	cfg.Slots.LeaseTTL = 2 * time.Second // a hold long enough to watch many syncs in it
 	a := joinFleet(t, cfg, "a", 12)
 	for range 6 {
-		require.True(t, a.budget.TryAcquire())
+		require.True(t, a.slots.TryAcquire())
 	}
-	require.Eventually(t, func() bool { _, l := a.budget.Local(); return l >= 8 }, 2*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { _, l := a.slots.Local(); return l >= 8 }, 2*time.Second, 5*time.Millisecond)
 
 	r.Stop()
 	require.Eventually(t, func() bool { return !a.conn.Up() }, 2*time.Second, 5*time.Millisecond)
 	// The grant to hold is the one the outage froze: a sync between the growth above and the
 	// outage may still have moved it.
-	_, held := a.budget.Local()
+	_, held := a.slots.Local()
 	r.Start()
 	require.Eventually(t, func() bool { return a.conn.Up() }, 2*time.Second, 5*time.Millisecond)
 	rejoined := time.Now()
 	for range 5 {
-		a.budget.Release() // use drops from 6 to 1
+		a.slots.Release() // use drops from 6 to 1
 	}
 	syncs := r.CommandCalls("evalsha") + r.CommandCalls("eval")
 	require.Eventually(t, func() bool { return r.CommandCalls("evalsha")+r.CommandCalls("eval") >= syncs+10 }, 2*time.Second, 5*time.Millisecond)
-	_, limit := a.budget.Local()
+	_, limit := a.slots.Local()
 	topups := value(a.conn.m.topups.WithLabelValues("ok")) + value(a.conn.m.topups.WithLabelValues("joined"))
-	for a.budget.TryAcquire() {
+	for a.slots.TryAcquire() {
 	}
-	n, _ := a.budget.Local()
-	if time.Since(rejoined) < cfg.Budget.LeaseTTL {
+	n, _ := a.slots.Local()
+	if time.Since(rejoined) < cfg.Slots.LeaseTTL {
 		require.Equal(t, held, limit, "the grant is kept through the hold")
 		require.Equal(t, held, n, "its slots are all usable")
 		require.Equal(t, topups, value(a.conn.m.topups.WithLabelValues("ok"))+value(a.conn.m.topups.WithLabelValues("joined")),
 			"no top-up while held: it could not raise the grant")
 	}
 	for range n - 1 {
-		a.budget.Release()
+		a.slots.Release()
 	}
 	// After the hold the grant follows the use again.
-	require.Eventually(t, func() bool { _, l := a.budget.Local(); return l < held }, 5*time.Second, 10*time.Millisecond)
-	a.budget.Release()
+	require.Eventually(t, func() bool { _, l := a.slots.Local(); return l < held }, 5*time.Second, 10*time.Millisecond)
+	a.slots.Release()
 }

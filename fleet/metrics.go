@@ -15,7 +15,7 @@ type metrics struct {
 	topups       *prometheus.CounterVec // result
 	cache        *prometheus.CounterVec // result
 	cacheDropped prometheus.Counter
-	budget       atomic.Pointer[Budget] // set by NewBudget; read by the gauges
+	slots        atomic.Pointer[Slots] // set by NewSlots; read by the gauges
 
 	affMessages      *prometheus.CounterVec // direction, kind
 	affBytes         prometheus.Counter
@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
 		}, []string{"op"}),
 		topups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "triage_fleet_budget_topups_total",
-			Help: "Synchronous budget syncs made because this gateway's grant was used up, by result (ok, error, joined: waited for a sync already running).",
+			Help: "Synchronous slot syncs made because this gateway's grant was used up, by result (ok, error, joined: waited for a sync already running).",
 		}, []string{"result"}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "triage_fleet_cache_requests_total",
@@ -49,9 +49,9 @@ func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
 		m.cache.WithLabelValues(r)
 	}
 	m.newAffinityMetrics()
-	budget := func(f func(b *Budget) float64) func() float64 {
+	slotsGauge := func(f func(b *Slots) float64) func() float64 {
 		return func() float64 {
-			if b := m.budget.Load(); b != nil {
+			if b := m.slots.Load(); b != nil {
 				return f(b)
 			}
 			return 0
@@ -71,20 +71,20 @@ func newMetrics(reg prometheus.Registerer, c *Conn) (*metrics, error) {
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_fleet_budget_grant",
-			Help: "Slow-path slots this gateway may use now (its grant from the fleet's budget).",
-		}, budget(func(b *Budget) float64 { _, l := b.Local(); return float64(l) })),
+			Help: "Slow-path slots this gateway may use now (its grant of the fleet's slow slots).",
+		}, slotsGauge(func(b *Slots) float64 { _, l := b.Local(); return float64(l) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_fleet_budget_local_active",
 			Help: "Slow-path slots this gateway holds now (triage_slow_active is the fleet's, as this gateway sees it).",
-		}, budget(func(b *Budget) float64 { a, _ := b.Local(); return float64(a) })),
+		}, slotsGauge(func(b *Slots) float64 { a, _ := b.Local(); return float64(a) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_fleet_gateways",
-			Help: "Live gateways in the fleet at the last budget sync, this one included.",
-		}, budget(func(b *Budget) float64 { return float64(b.live.Load()) })),
+			Help: "Live gateways in the fleet at the last slot sync, this one included.",
+		}, slotsGauge(func(b *Slots) float64 { return float64(b.live.Load()) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_fleet_budget_sync_age_seconds",
-			Help: "Time since the last successful budget sync: how old this gateway's view of the other gateways' load is (-1 before the first).",
-		}, budget(func(b *Budget) float64 { return b.syncAge() })),
+			Help: "Time since the last successful slot sync: how old this gateway's view of the other gateways' load is (-1 before the first).",
+		}, slotsGauge(func(b *Slots) float64 { return b.syncAge() })),
 	}
 	all = append(all, m.affinityGauges()...)
 	for _, col := range all {

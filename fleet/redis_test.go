@@ -18,15 +18,15 @@ func testFleetConfig(url string) Config {
 	cfg.KeyPrefix = "test"
 	cfg.CheckInterval = 50 * time.Millisecond
 	cfg.CommandTimeout = 200 * time.Millisecond // -race on a busy 2-core machine
-	cfg.Budget.SyncInterval = 20 * time.Millisecond
-	cfg.Budget.LeaseTTL = time.Second
+	cfg.Slots.SyncInterval = 20 * time.Millisecond
+	cfg.Slots.LeaseTTL = time.Second
 	return cfg
 }
 
 // gateway is one gateway's fleet parts, running until the test ends (or stop).
 type gateway struct {
 	conn   *Conn
-	budget *Budget
+	slots  *Slots
 	cache  *Cache
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -37,7 +37,7 @@ func joinFleet(t *testing.T, cfg Config, id string, max int) *gateway {
 	cfg.GatewayID = id
 	f, err := New(cfg, max, Options{Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	g := &gateway{conn: f.Conn, budget: f.Budget, cache: f.Cache}
+	g := &gateway{conn: f.Conn, slots: f.Slots, cache: f.Cache}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.wg.Go(func() { f.Run(ctx) })
@@ -45,7 +45,7 @@ func joinFleet(t *testing.T, cfg Config, id string, max int) *gateway {
 	return g
 }
 
-// stop shuts the gateway down cleanly (its budget gives its grant back).
+// stop shuts the gateway down cleanly (its slots give its grant back).
 func (g *gateway) stop() {
 	g.cancel()
 	g.wg.Wait()

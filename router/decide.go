@@ -41,7 +41,7 @@ type Route struct {
 // else at Release as a request of unknown tokens.
 type shareTicket struct {
 	once  sync.Once
-	b     *decision.ShareBudget
+	b     *decision.ShareCap
 	pSlow float64
 	slow  bool
 }
@@ -76,9 +76,9 @@ func (r *Route) ModelLabel() int {
 }
 
 // Used reports the tokens the upstream answer cost, as the replica reported them, for the
-// slow-share budget in its tokens unit (decision.share_unit); call it before Release. A
+// slow-share cap in its tokens unit (decision.share_unit); call it before Release. A
 // route whose usage never arrives is counted at Release with the window's mean tokens. A
-// no-op for other units and for routes outside the budget (pinned, fallback).
+// no-op for other units and for routes outside the cap (pinned, fallback).
 func (r *Route) Used(u upstream.Usage) {
 	if r.share != nil {
 		r.share.observe(u.PromptTokens + u.CompletionTokens)
@@ -102,7 +102,7 @@ func (r *Route) Release() {
 func (r *Route) Classified() bool { return r.Version != "" }
 
 // Route scores text (built by Input) and decides it under the current load for a request
-// that will be executed. A slow verdict must win a slot of the slow-path budget (else the
+// that will be executed. A slow verdict must win a slow slot (else the
 // request is shed to fast as slow_saturated) and the caller must call Release when the
 // upstream response has ended. The decision is counted in triage_decisions_total.
 //
@@ -162,10 +162,10 @@ func (r *Router) Pin(slow bool) (Route, error) {
 	rt := Route{Slow: slow, Reason: decision.ReasonPinned, Pool: r.fast}
 	rt.Decision = decision.Decision{Slow: slow, Reason: decision.ReasonPinned, Threshold: r.Threshold(), Load: r.State().Load()}
 	if slow {
-		if !r.budget.TryAcquire() {
+		if !r.slots.TryAcquire() {
 			return Route{}, ErrSlowSaturated
 		}
-		rt.release = sync.OnceFunc(r.budget.Release)
+		rt.release = sync.OnceFunc(r.slots.Release)
 		rt.Pool = r.slow
 	}
 	rt.Decided = time.Now()
@@ -186,8 +186,8 @@ func (r *Router) place(sc Score, slow bool, reason decision.Reason) Route {
 		switch {
 		case !r.slow.Healthy():
 			rt.Slow, rt.Reason = false, decision.ReasonSlowUnhealthy
-		case r.budget.TryAcquire():
-			rt.release = sync.OnceFunc(r.budget.Release)
+		case r.slots.TryAcquire():
+			rt.release = sync.OnceFunc(r.slots.Release)
 		default:
 			rt.Slow, rt.Reason = false, decision.ReasonSlowSaturated
 		}
@@ -202,7 +202,7 @@ func (r *Router) place(sc Score, slow bool, reason decision.Reason) Route {
 }
 
 // Preview scores and decides text like Route but executes nothing and holds nothing: the
-// slow-path budget is only looked at. It is what a routed request would get now (the
+// slow slots are only looked at. It is what a routed request would get now (the
 // /v1/classify endpoint). Previews are not counted as decisions.
 func (r *Router) Preview(ctx context.Context, text string) (Route, error) {
 	sc, err := r.score(ctx, text, 0)
@@ -229,7 +229,7 @@ func (r *Router) PreviewMany(ctx context.Context, texts []string) ([]Route, []er
 }
 
 // decide applies the policy to a score under the current load. With hold, a slow verdict
-// takes a slot of the budget; without it the budget is only looked at.
+// takes a slow slot; without it the slots are only looked at.
 func (r *Router) decide(sc Score, hold bool) Route {
 	start := time.Now()
 	d := r.policy.Decide(decision.Score{PSlow: float64(sc.PSlow), Cutoff: sc.Cutoff}, r.State())
@@ -239,11 +239,11 @@ func (r *Router) decide(sc Score, hold bool) Route {
 		case !r.slow.Healthy():
 			rt.Slow, rt.Reason = false, decision.ReasonSlowUnhealthy
 		case !hold:
-			if r.budget.Active() >= r.budget.Max() {
+			if r.slots.Active() >= r.slots.Max() {
 				rt.Slow, rt.Reason = false, decision.ReasonSlowSaturated
 			}
-		case r.budget.TryAcquire():
-			rt.release = sync.OnceFunc(r.budget.Release)
+		case r.slots.TryAcquire():
+			rt.release = sync.OnceFunc(r.slots.Release)
 		default:
 			rt.Slow, rt.Reason = false, decision.ReasonSlowSaturated
 		}
@@ -268,16 +268,22 @@ func (r *Router) decide(sc Score, hold bool) Route {
 	return rt
 }
 
-// State snapshots the load a decision is made under, the slow-share budget's floor included.
+// State snapshots the load a decision is made under, the slow-share cap's floor included.
 func (r *Router) State() decision.State {
-	return decision.State{SlowActive: r.budget.Active(), SlowMax: r.budget.Max(), QueueLen: r.batch.QueueLen(),
-		BudgetThreshold: r.share.Threshold()}
+	return decision.State{SlowActive: r.slots.Active(), SlowMax: r.slots.Max(), QueueLen: r.batch.QueueLen(),
+		ShareFloor: r.share.Threshold()}
 }
 
 // SlowShare returns the share of the routed requests in the slow-share window
 // (decision.share_window) that went slow, in decision.share_unit (of their tokens in the
 // tokens unit), and how many requests there were.
 func (r *Router) SlowShare() (share float64, n int) { return r.share.Share() }
+
+// ShareCap returns the configured cap on the slow share (decision.max_slow_share, 0: none)
+// and the unit it is counted in (decision.share_unit).
+func (r *Router) ShareCap() (max float64, unit string) {
+	return r.cfg.Decision.MaxSlowShare, r.cfg.Decision.ShareUnit
+}
 
 // Threshold is the P(slow) a request must exceed to go slow under the current load.
 func (r *Router) Threshold() float64 {

@@ -15,14 +15,14 @@
 //     the batcher, which runs the current model on batches (identical texts in flight share
 //     one slot); every result a batch computes is cached under the version that produced it
 //     (the cache may drop it), whether or not anyone still waits for it;
-//  3. decides with the decision.Policy under the current load (the slow-path budget and the
+//  3. decides with the decision.Policy under the current load (the slow slots and the
 //     batcher's queue). The model's label boundary comes with every score from the model
 //     that produced it (its manifest's label_threshold): nothing here has a second copy. A
 //     slow verdict needs a healthy slow pool (else slow_unhealthy) and a slot of the
-//     [SlowBudget] (else slow_saturated); either sheds the request to the fast pool;
+//     [SlowSlots] (else slow_saturated); either sheds the request to the fast pool;
 //  4. returns the [Route]: the score, the verdict, the reason and the pool.
 //
-// [Router.Route] is for requests that will be executed: a slow route holds its budget slot
+// [Router.Route] is for requests that will be executed: a slow route holds its slow slot
 // until [Route.Release], which the caller makes when the upstream response has ended
 // (streams included). [Router.Preview] decides the same way but holds nothing (the
 // /v1/classify endpoint).
@@ -48,7 +48,7 @@
 // # Concurrency
 //
 // Every method is safe for concurrent use. Shared state is owned by parts that are: the
-// batcher (one dispatcher goroutine), the budget (atomic for the local semaphore), the
+// batcher (one dispatcher goroutine), the slow slots (atomic for the local semaphore), the
 // ristretto cache, and the model holder, whose mutex guards only the pointer swap and the
 // reference count — no model call happens under it; the model version and cutoff that every
 // request reads are an atomic load. Each batch takes a reference to the current model for
@@ -60,7 +60,7 @@
 //
 // # Lifecycle
 //
-// [New] validates the configuration, builds the policy, budget, batcher, cache and metrics,
+// [New] validates the configuration, builds the policy, slow slots, batcher, cache and metrics,
 // and loads and probes the model (a model that cannot classify a probe text, or reports a
 // label threshold outside (0, 1), is refused); nothing runs. [Router.Run] runs the batcher
 // until its context ends, then closes the router: the model closes once its last batch has

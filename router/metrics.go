@@ -71,19 +71,19 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		m.decisions, m.cacheRequests, m.modelInfo, m.reloads, m.classifications, m.stageDecisions, m.fallbacks,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_active",
-			Help: "Requests holding the slow-path budget.",
-		}, func() float64 { return float64(r.budget.Active()) }),
+			Help: "Requests holding a slow slot.",
+		}, func() float64 { return float64(r.slots.Active()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_load",
 			Help: "Slow-path load: slow_active / decision.max_slow_concurrency, in [0, 1].",
 		}, func() float64 { return r.State().Load() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_decision_threshold",
-			Help: "The P(slow) a request must exceed to go slow now: the larger of the load threshold and the slow-share budget's floor.",
+			Help: "The P(slow) a request must exceed to go slow now: the larger of the load threshold and the slow-share cap's floor.",
 		}, r.Threshold),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_decision_budget_threshold",
-			Help: "The slow-share budget's floor: the P(slow) only decision.max_slow_share of the window's routed requests (or of their tokens, per decision.share_unit) exceed (0: no cap, or too few requests).",
+			Help: "The slow-share cap's floor: the P(slow) only decision.max_slow_share of the window's routed requests (or of their tokens, per decision.share_unit) exceed (0: no cap, or too few requests).",
 		}, r.share.Threshold),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_share",

@@ -56,9 +56,9 @@ type Options struct {
 	// Fast and Slow are the pools a decision chooses between. Required. The router reads the
 	// slow pool's health on every slow verdict; it does not run the pools.
 	Fast, Slow *upstream.Pool
-	// Budget is the slow-path budget. Nil means a local semaphore of
-	// Decision.MaxSlowConcurrency slots (the fleet's budget in fleet mode).
-	Budget SlowBudget
+	// Slots are the slow slots. Nil means a local semaphore of
+	// Decision.MaxSlowConcurrency slots (the fleet's in fleet mode).
+	Slots SlowSlots
 	// Shared is a second result-cache tier shared by a fleet's gateways. Nil means none.
 	Shared SharedCache
 	// Logger receives model loads, reloads and recovered batch panics. Nil means
@@ -67,13 +67,13 @@ type Options struct {
 	// Registerer receives the router's and the batcher's metrics. Nil means a private
 	// registry (nothing exported).
 	Registerer prometheus.Registerer
-	// Now is the clock of the result cache (expiry) and of the slow-share budget's window.
+	// Now is the clock of the result cache (expiry) and of the slow-share cap's window.
 	// Nil means time.Now.
 	Now func() time.Time
 }
 
 // Router is the request pipeline behind every front end: result cache → batcher →
-// classifier → decision under the slow-path budget → the chosen pool. See the package
+// classifier → decision under the slow slots → the chosen pool. See the package
 // documentation for its concurrency and lifecycle.
 type Router struct {
 	cfg    Config
@@ -92,8 +92,8 @@ type Router struct {
 	tokens sync.Map // string → classifier.Tokens
 	batch  *batcher.Batcher[scored]
 	policy decision.Policy
-	budget SlowBudget
-	share  *decision.ShareBudget // the slow-share cap (decision.max_slow_share) and its window's share
+	slots  SlowSlots
+	share  *decision.ShareCap // the slow-share cap (decision.max_slow_share) and its window's share
 	fast   *upstream.Pool
 	slow   *upstream.Pool
 	names  modelNames
@@ -111,7 +111,7 @@ type Router struct {
 	closeOnce sync.Once
 }
 
-// New validates cfg, builds the policy, budget, batcher, cache and metrics, and loads and
+// New validates cfg, builds the policy, slow slots, batcher, cache and metrics, and loads and
 // probes the model (a model that cannot classify a probe text is refused). Nothing runs
 // until Run. A Router that will not Run must be Closed.
 func New(cfg Config, opts Options) (_ *Router, err error) {
@@ -124,7 +124,7 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 	case opts.Fast == nil || opts.Slow == nil:
 		return nil, errors.New("router: Options.Fast and Options.Slow are required")
 	}
-	r := &Router{cfg: cfg, log: opts.Logger, load: opts.Load, budget: opts.Budget, shared: opts.Shared, fast: opts.Fast, slow: opts.Slow}
+	r := &Router{cfg: cfg, log: opts.Logger, load: opts.Load, slots: opts.Slots, shared: opts.Shared, fast: opts.Fast, slow: opts.Slow}
 	r.names = newModelNames(cfg.Routing, r.fast, r.slow)
 	r.life, r.endLife = context.WithCancel(context.Background())
 	if r.log == nil {
@@ -140,13 +140,13 @@ func New(cfg Config, opts Options) (_ *Router, err error) {
 	if now == nil {
 		now = time.Now
 	}
-	if r.budget == nil {
-		r.budget = decision.NewSemaphore(cfg.Decision.MaxSlowConcurrency)
+	if r.slots == nil {
+		r.slots = decision.NewSemaphore(cfg.Decision.MaxSlowConcurrency)
 	}
 	if r.policy, err = decision.NewPolicy(cfg.Decision); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	r.share = decision.NewShareBudget(cfg.Decision, now)
+	r.share = decision.NewShareCap(cfg.Decision, now)
 	if r.batch, err = batcher.New(cfg.Batcher, r.runBatch, batcher.Options{Logger: r.log, Registerer: reg}); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}

@@ -185,10 +185,10 @@ func TestRouteHoldsTheSlowSlotUntilReleasePreviewNever(t *testing.T) {
 
 // A budget other than the local semaphore (the fleet's) is used as given.
 func TestInjectedBudgetIsUsed(t *testing.T) {
-	b := &countingBudget{max: 2}
+	b := &countingSlots{max: 2}
 	m := &fakeModel{version: "v1", cutoff: 0.5}
 	r, err := New(testConfig(), Options{
-		Load: func() (Model, error) { return m, nil }, Budget: b,
+		Load: func() (Model, error) { return m, nil }, Slots: b,
 		Fast: testPool(t, "fast"), Slow: testPool(t, "slow"), Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
@@ -205,15 +205,15 @@ func TestInjectedBudgetIsUsed(t *testing.T) {
 	require.EqualValues(t, 1, b.released.Load())
 }
 
-type countingBudget struct {
+type countingSlots struct {
 	max                int
 	acquired, released atomic.Int64
 }
 
-func (b *countingBudget) TryAcquire() bool { b.acquired.Add(1); return true }
-func (b *countingBudget) Release()         { b.released.Add(1) }
-func (b *countingBudget) Active() int      { return int(b.acquired.Load() - b.released.Load()) }
-func (b *countingBudget) Max() int         { return b.max }
+func (b *countingSlots) TryAcquire() bool { b.acquired.Add(1); return true }
+func (b *countingSlots) Release()         { b.released.Add(1) }
+func (b *countingSlots) Active() int      { return int(b.acquired.Load() - b.released.Load()) }
+func (b *countingSlots) Max() int         { return b.max }
 
 func TestNewRefusesABrokenModelAndClosesIt(t *testing.T) {
 	for _, tc := range []struct {

@@ -41,12 +41,18 @@ type Score struct {
 // ModelSlow reports whether the model's own label is slow.
 func (s Score) ModelSlow() bool { return float64(s.PSlow) > s.Cutoff }
 
-// CacheResult is "hit" or "miss", as in the x-router-cache header and the cache metric.
+// The values of CacheResult, as in the x-router-cache header and the cache metric.
+const (
+	CacheHit  = "hit"
+	CacheMiss = "miss"
+)
+
+// CacheResult is CacheHit or CacheMiss.
 func (s Score) CacheResult() string {
 	if s.Hit {
-		return "hit"
+		return CacheHit
 	}
-	return "miss"
+	return CacheMiss
 }
 
 // CacheTier names where a hit was found: "local" (this gateway) or "shared" (the fleet's

@@ -45,7 +45,7 @@ func bearerToken(v string) (string, bool) {
 }
 
 func (s *Server) handleReload(c *fiber.Ctx, _ *request) error {
-	ctx, cancel := context.WithTimeout(s.base, s.cfg.Server.RequestTimeout)
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.HTTP.RequestTimeout)
 	defer cancel()
 	res, err := s.router.Reload(ctx)
 	if err != nil {
@@ -151,9 +151,9 @@ func (s *Server) handleTrace(c *fiber.Ctx, _ *request) error {
 		return &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "unknown_pool", param: "pool",
 			message: fmt.Sprintf("pool: must be %q or %q, got %q", router.PathFast, router.PathSlow, name)}
 	}
-	path, policyName := router.PathFast, s.cfg.Pools.Fast.Policy.Name
+	path, policyName := router.PathFast, s.fast.PolicyName()
 	if p == s.slow {
-		path, policyName = router.PathSlow, s.cfg.Pools.Slow.Policy.Name
+		path, policyName = router.PathSlow, s.slow.PolicyName()
 	}
 	tr := p.Tracer()
 	if tr == nil {
@@ -175,7 +175,7 @@ func (s *Server) handleTrace(c *fiber.Ctx, _ *request) error {
 		records = []policy.TraceRecord{} // [] rather than null before the first decision
 	}
 	resp := traceResponse{Path: path, Pool: p.Name(), Policy: policyName, Capacity: tr.Capacity(), Records: records}
-	resp.Prefill, resp.Decode = legTraces(p, s.poolConfig(p).Disaggregation, limit)
+	resp.Prefill, resp.Decode = legTraces(p, p.Disaggregation(), limit)
 	return sendJSON(c, http.StatusOK, resp)
 }
 
@@ -192,14 +192,14 @@ type statusSlow struct {
 	Max       int     `json:"max"`
 	Load      float64 `json:"load"`
 	Threshold float64 `json:"threshold"`
-	// The slow-share budget: the window's share of routed requests (or of their tokens, per
+	// The slow-share cap: the window's share of routed requests (or of their tokens, per
 	// ShareUnit) that went slow, over how many requests, the cap (0: none), the unit
 	// (decision.share_unit: requests or tokens) and the threshold floor it sets.
-	Share           float64 `json:"share"`
-	ShareRequests   int     `json:"share_requests"`
-	ShareMax        float64 `json:"share_max"`
-	ShareUnit       string  `json:"share_unit"`
-	BudgetThreshold float64 `json:"budget_threshold"`
+	Share         float64 `json:"share"`
+	ShareRequests int     `json:"share_requests"`
+	ShareMax      float64 `json:"share_max"`
+	ShareUnit     string  `json:"share_unit"`
+	ShareFloor    float64 `json:"budget_threshold"`
 }
 
 type statusResponse struct {
@@ -216,20 +216,21 @@ type statusResponse struct {
 func (s *Server) handleStatus(c *fiber.Ctx, _ *request) error {
 	st := s.router.State()
 	share, shareN := s.router.SlowShare()
+	shareMax, shareUnit := s.router.ShareCap()
 	resp := statusResponse{
 		ModelVersion:   s.router.Version(),
 		DecisionPolicy: s.router.Policy(),
 		Ready:          s.readiness(),
 		SlowPath: statusSlow{
-			Active:          st.SlowActive,
-			Max:             st.SlowMax,
-			Load:            round6(st.Load()),
-			Threshold:       round6(s.router.Threshold()),
-			Share:           round6(share),
-			ShareRequests:   shareN,
-			ShareMax:        s.cfg.Decision.MaxSlowShare,
-			ShareUnit:       s.cfg.Decision.ShareUnit,
-			BudgetThreshold: round6(st.BudgetThreshold),
+			Active:        st.SlowActive,
+			Max:           st.SlowMax,
+			Load:          round6(st.Load()),
+			Threshold:     round6(s.router.Threshold()),
+			Share:         round6(share),
+			ShareRequests: shareN,
+			ShareMax:      shareMax,
+			ShareUnit:     shareUnit,
+			ShareFloor:    round6(st.ShareFloor),
 		},
 		BatcherQueue: st.QueueLen,
 		InFlight:     s.active.count(),

@@ -12,13 +12,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
 // simServer runs a gateway whose pools are sim replicas (fast: n of them) and a fake model.
-func simServer(t *testing.T, fastReplicas int, edit func(*config.Config)) (string, *fakeModel, *Server) {
+func simServer(t *testing.T, fastReplicas int, edit func(*gatewayConfig)) (string, *fakeModel, *Server) {
 	t.Helper()
 	var fast []string
 	for i := range fastReplicas {
@@ -114,7 +113,7 @@ func TestMessagesRoutedLikeChat(t *testing.T) {
 }
 
 func TestMessagesCountTokens(t *testing.T) {
-	url, _, _ := simServer(t, 1, func(c *config.Config) { c.Pools.Slow.APIs = []string{"chat"} })
+	url, _, _ := simServer(t, 1, func(c *gatewayConfig) { c.Pools.Slow.APIs = []string{"chat"} })
 	body := `{"model":"m","system":"s","messages":[{"role":"user","content":"count me p=0.1"}]}`
 	resp, b := postJSON(t, url+"/v1/messages/count_tokens", body)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
@@ -155,7 +154,7 @@ func TestMessagesToolUseRoundTrip(t *testing.T) {
 // TestMessagesTranslatedToChat: a pool without the Messages API gets a chat completion, tool
 // use included, and the client a message.
 func TestMessagesTranslatedToChat(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat", "completions"} })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat", "completions"} })
 	ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, body []byte) {
 		w.Header().Set("Content-Type", "application/json")
 		if strings.Contains(string(body), `"role":"tool"`) {
@@ -203,7 +202,7 @@ func TestMessagesTranslatedToChat(t *testing.T) {
 }
 
 func TestMessagesStreamTranslatedFromSimChat(t *testing.T) {
-	url, _, _ := simServer(t, 1, func(c *config.Config) { c.Pools.Fast.APIs = []string{"chat"} })
+	url, _, _ := simServer(t, 1, func(c *gatewayConfig) { c.Pools.Fast.APIs = []string{"chat"} })
 	resp, b := postJSON(t, url+"/v1/messages", `{"max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hello p=0.1"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	require.Equal(t, "chat", resp.Header.Get(HeaderTranslated))
@@ -221,7 +220,7 @@ func TestMessagesStreamTranslatedFromSimChat(t *testing.T) {
 // which answers 404): every turn reaches the replica that stored the previous one and
 // succeeds, streamed turns included; GET and DELETE by id too.
 func TestResponsesChainStaysOnItsReplica(t *testing.T) {
-	url, model, _ := simServer(t, 2, func(c *config.Config) { c.Pools.Fast.Policy.Name = "round-robin" })
+	url, model, _ := simServer(t, 2, func(c *gatewayConfig) { c.Pools.Fast.Policy.Name = "round-robin" })
 	homes := map[string]bool{}
 	post := func(body string) (*http.Response, []byte) {
 		resp, b := postJSON(t, url+"/v1/responses", body)
@@ -295,7 +294,7 @@ func TestResponsesHomeReplicaDown(t *testing.T) {
 }
 
 func TestResponsesNeedAPoolThatSpeaksThem(t *testing.T) {
-	url, _, _ := simServer(t, 1, func(c *config.Config) { c.Pools.Fast.APIs = []string{"chat", "messages"} })
+	url, _, _ := simServer(t, 1, func(c *gatewayConfig) { c.Pools.Fast.APIs = []string{"chat", "messages"} })
 	resp, b := postJSON(t, url+"/v1/responses", `{"input":"hi p=0.1"}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
 	require.Equal(t, "api_not_supported", *apiErr(t, b).Code)
@@ -404,7 +403,7 @@ var _ = upstream.APIChat
 // reaches the client as a tool_use block with its arguments in input_json_delta pieces; a
 // chat stream that breaks off ends with an Anthropic error event.
 func TestMessagesTranslatedStreamToolCallAndBreak(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat"} })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat"} })
 	var broken atomic.Bool
 	ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, body []byte) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -495,7 +494,7 @@ func TestDecodeResponsesContinuationNeedsNoText(t *testing.T) {
 // and streamed: the chat replica's tool call comes back as tool_use, and the tool_result turn
 // goes to it as a tool message.
 func TestMessagesToolUseTranslatedRoundTrip(t *testing.T) {
-	url, _, _ := simServer(t, 1, func(c *config.Config) { c.Pools.Fast.APIs = []string{"chat"} })
+	url, _, _ := simServer(t, 1, func(c *gatewayConfig) { c.Pools.Fast.APIs = []string{"chat"} })
 	tools := `"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]`
 	first := `{"max_tokens":3,` + tools + `,"messages":[{"role":"user","content":"Weather in Oslo? p=0.1"}]}`
 	resp, b := postJSON(t, url+"/v1/messages", first)

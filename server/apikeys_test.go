@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 )
 
@@ -48,7 +47,7 @@ func writeKeys(t *testing.T, path string, entries ...string) {
 }
 
 func withKeys(path string, interval time.Duration) serverOption {
-	return func(c *config.Config, _ *testOptions) {
+	return func(c *gatewayConfig, _ *testOptions) {
 		c.Auth.KeysFile = path
 		c.Auth.ReloadInterval = interval
 	}

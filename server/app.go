@@ -30,7 +30,7 @@ type handlerFunc func(c *fiber.Ctx, rq *request) error
 
 // newApp builds the fiber app and its routes. Admin routes exist only with a token.
 func (s *Server) newApp() *fiber.App {
-	sc := s.cfg.Server
+	sc := s.cfg.HTTP
 	app := fiber.New(fiber.Config{
 		AppName:        "triage",
 		BodyLimit:      sc.BodyLimit,

@@ -9,15 +9,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/triage-gw/triage/config"
 )
 
 // TestBadInputIsA4xxNamingTheProblem sends every kind of bad request to a real listener and
 // requires a 4xx with an OpenAI-shaped JSON error that names the problem, and nothing sent
 // upstream.
 func TestBadInputIsA4xxNamingTheProblem(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Server.BodyLimit = 4096
 		c.Server.MaxTextBytes = 100
 		c.Server.MaxBatchTexts = 3
@@ -118,7 +116,7 @@ func TestMalformedHTTPIsA4xx(t *testing.T) {
 }
 
 func TestAdminRoutesDoNotExistWithoutAToken(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Admin.Token = "" })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Admin.Token = "" })
 	for _, p := range []string{"/admin/reload", "/admin/drain", "/admin/undrain"} {
 		resp, body := postJSON(t, ts.url+p, `{}`, "Authorization", "Bearer "+testToken)
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, p)

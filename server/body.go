@@ -32,7 +32,7 @@ func (s *Server) readBody(c *fiber.Ctx) error {
 	if !req.IsBodyStream() {
 		return nil
 	}
-	limit := s.cfg.Server.BodyLimit
+	limit := s.cfg.HTTP.BodyLimit
 	declared := req.Header.ContentLength() // -1: chunked
 	if declared > limit {
 		return fiber.ErrRequestEntityTooLarge
@@ -103,7 +103,7 @@ func (s *Server) finishBody(ctx *fasthttp.RequestCtx) {
 	if cl == 0 {
 		return
 	}
-	if cl > 0 && cl <= min(prefetched, s.cfg.Server.BodyLimit) {
+	if cl > 0 && cl <= min(prefetched, s.cfg.HTTP.BodyLimit) {
 		_, _ = io.Copy(io.Discard, ctx.RequestBodyStream()) // in memory already: no wait
 		return
 	}

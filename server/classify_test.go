@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
-	"github.com/triage-gw/triage/config"
 )
 
 func classify(t *testing.T, url, body string) []classifyResult {
@@ -59,7 +58,7 @@ func TestClassifyReportsEveryTextWithoutExecuting(t *testing.T) {
 }
 
 func TestClassifyTextsShareBatches(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Cache.Enabled = false })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Cache.Enabled = false })
 	// Hold the first batch so the request's other texts queue behind it; with
 	// an instant model, whether they overlap would depend on scheduling.
 	release := make(chan struct{})

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 )
 
@@ -28,7 +27,7 @@ func TestHealthIsLiveness(t *testing.T) {
 }
 
 func TestModelsListsTheRoutedModelFirst(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Routing.ModelAliases = []string{"auto", "triage"} })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Routing.ModelAliases = []string{"auto", "triage"} })
 	resp, body := do(t, http.MethodGet, ts.url+"/v1/models", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var list modelList
@@ -79,7 +78,7 @@ func TestPinnedModelSkipsTheClassifier(t *testing.T) {
 func TestPinnedSlowHoldsASlotAndIs429WhenSaturated(t *testing.T) {
 	g := newGate()
 	defer g.release()
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Decision.MaxSlowConcurrency = 1 })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Decision.MaxSlowConcurrency = 1 })
 	ts.slow.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		if g.wait(r) {
 			w.Write([]byte(`{}`))
@@ -112,7 +111,7 @@ func TestPinnedSlowHoldsASlotAndIs429WhenSaturated(t *testing.T) {
 }
 
 func TestUnknownModelCanBeRejected(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Routing.UnknownModel = router.UnknownModelReject })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Routing.UnknownModel = router.UnknownModelReject })
 	resp, body := postJSON(t, ts.url+"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, string(body))
 	e := apiErr(t, body)
@@ -153,7 +152,7 @@ func heldClassifier(t *testing.T, m *fakeModel) (started <-chan struct{}, releas
 // answer is the classification, still answers 429. A classification the request stopped
 // waiting for fills the cache.
 func TestRoutedRequestsFailOpen(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Batcher.MaxBatch, c.Batcher.QueueSize, c.Batcher.Workers = 1, 1, 1
 		c.Routing.ClassifyBudget = 30 * time.Millisecond
 	})
@@ -201,7 +200,7 @@ func TestRoutedRequestsFailOpen(t *testing.T) {
 
 // With fallback reject the classifier's failures are answered as before fail-open: 429.
 func TestFallbackRejectAnswers429(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Routing.ClassifyBudget = 30 * time.Millisecond
 		c.Routing.Fallback = router.FallbackReject
 	})

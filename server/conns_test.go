@@ -15,8 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/triage-gw/triage/config"
 )
 
 // value reads a gauge or counter.
@@ -54,7 +52,7 @@ func heldBytes() int64 {
 // still answered meanwhile. Each connection asks for 100-continue and reads it, so the test
 // knows the gateway has parsed its headers and gone on to read its body.
 func TestSlowBodiesHoldLittleMemory(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.MaxConnections = 2000 })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Server.MaxConnections = 2000 })
 	const n = 600
 	head := "POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
 		"Expect: 100-continue\r\nContent-Length: 100000\r\n\r\n"
@@ -91,7 +89,7 @@ func TestSlowBodiesHoldLittleMemory(t *testing.T) {
 // closing connections frees their slots.
 func TestConnectionLimits(t *testing.T) {
 	t.Run("max_connections", func(t *testing.T) {
-		ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.MaxConnections = 8 })
+		ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Server.MaxConnections = 8 })
 		held := make([]net.Conn, 8)
 		for i := range held {
 			held[i] = dial(t, ts.url)
@@ -114,7 +112,7 @@ func TestConnectionLimits(t *testing.T) {
 		eventually(t, func() bool { return value(ts.m.connsOpen) == 0 }, "all slots free")
 	})
 	t.Run("max_connections_per_ip", func(t *testing.T) {
-		ts := startServer(t, func(c *config.Config, _ *testOptions) {
+		ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 			c.Server.MaxConnections = 100
 			c.Server.MaxConnectionsPerIP = 3
 		})
@@ -149,7 +147,7 @@ func rawGet(t *testing.T, url, path string) (*http.Response, []byte) {
 // the connection lingers, reading and dropping the rest, so the whole body is written and
 // the 413 read after it.
 func TestEarly413ReachesAClientThatWritesItsWholeBodyFirst(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.BodyLimit = 64 << 10 })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Server.BodyLimit = 64 << 10 })
 	for _, chunked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
 			for range 5 {
@@ -205,7 +203,7 @@ func TestUnreadBodies(t *testing.T) {
 
 // TestSlowBodyTimesOut: a body that stops arriving is answered 408 after server.read_timeout.
 func TestSlowBodyTimesOut(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.ReadTimeout = 300 * time.Millisecond })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Server.ReadTimeout = 300 * time.Millisecond })
 	c := dial(t, ts.url)
 	_, err := io.WriteString(c, "POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
 		"Content-Length: 20000\r\n\r\n{\"text\":\""+strings.Repeat("x", 10000))

@@ -12,7 +12,7 @@ import (
 	"github.com/triage-gw/triage/router"
 )
 
-// limits bound what a request may carry; from config.ServerConfig.
+// limits bound what a request may carry; from HTTPConfig.
 type limits struct {
 	maxTextBytes  int // classifier input per text, after normalisation
 	maxBatchTexts int // items in one /v1/classify

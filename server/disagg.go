@@ -60,11 +60,3 @@ func legTraces(p *upstream.Pool, d upstream.DisaggregationConfig, limit int) (pr
 	}
 	return leg(d.PrefillPolicy, p.PrefillTracer()), leg(d.DecodePolicy, p.DecodeTracer())
 }
-
-// poolConfig is the configuration of p, one of the server's pools.
-func (s *Server) poolConfig(p *upstream.Pool) upstream.PoolConfig {
-	if p == s.slow {
-		return s.cfg.Pools.Slow
-	}
-	return s.cfg.Pools.Fast
-}

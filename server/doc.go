@@ -15,10 +15,10 @@
 //     proxy.go); bad input is a 4xx;
 //  2. build the classifier input with router.Input;
 //  3. ask the router (package router) for a route: cache, batcher, classifier, decision under
-//     the slow-path budget, the chosen pool — or, when an OpenAI request names a model one
+//     the slow slots, the chosen pool — or, when an OpenAI request names a model one
 //     pool serves, that pool unclassified (router.Target, router.Pin);
 //  4. execute on the chosen pool (upstream.Pool.Do) and answer with the decision headers. A
-//     slow request holds its budget slot until its upstream response has ended: for
+//     slow request holds its slow slot until its upstream response has ended: for
 //     query-process until the execution has been read to its end, for a proxied request
 //     until the streamed body is closed.
 //
@@ -55,13 +55,14 @@
 //
 // # Lifecycle
 //
-// [New] validates the configuration and builds the routes over a router that the caller
-// built (cmd/triage wires pools, router and server); nothing runs. [Server.Run] starts the
-// backends (built-in simulators), then the router and the pools, then serves; when its
-// context ends it shuts down in order: readiness drops, the listener closes, in-flight
-// requests (streams included) get server.shutdown_timeout to finish and are then cut through
-// the base context; the router (batcher, then the model), the pools and the client-gone
-// watcher stop; the backends
-// stop last, so requests drained above could still reach them. Run owns every goroutine it
-// starts and returns after all of them.
+// [New] validates the server's own [Config] (the server, admin and auth sections) and builds
+// the routes over a router that the caller built; nothing runs. The server does not import
+// the config package: cmd/triage hands it its sections and the parts it serves (the router
+// and, through it, the pools; the fleet's Responses table). [Server.Run] serves until its
+// context ends, then drains: readiness drops, the listener closes, in-flight requests
+// (streams included) get server.shutdown_timeout to finish and are then cut through the base
+// context; the client-gone watcher stops last. [Server.RunKeys] re-reads the API keys file.
+// Run owns every goroutine it starts and returns after all of them; it neither runs nor stops
+// the router, the pools or the simulators: cmd/triage's lifecycle starts them before the
+// server and stops them after Run has drained.
 package server

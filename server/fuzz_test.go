@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/upstream"
 )
 
@@ -38,7 +37,7 @@ func FuzzClientInputLeavesReplicasHealthy(f *testing.F) {
 	f.Add("a", strings.Repeat("k", 300), []byte(`{"user":"`+strings.Repeat("u", 300)+`","messages":[{"role":"user","content":"x"}]}`), uint8(0))
 	f.Add("a", "s", []byte(`{"text":"x"}`), uint8(2))
 
-	ts := startServer(f, func(c *config.Config, _ *testOptions) {
+	ts := startServer(f, func(c *gatewayConfig, _ *testOptions) {
 		c.Server.BodyLimit = 4096
 		c.Server.MaxTextBytes = 1024
 		c.Pools.Fast.PassiveEjection.ConsecutiveFailures = 1

@@ -15,8 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-
-	"github.com/triage-gw/triage/config"
 )
 
 // holdingReplica is a replica whose generations take as long as the test wants: each waits
@@ -66,7 +64,7 @@ func rawRequest(path, body string) string {
 }
 
 // handScanned runs the server with a watcher that scans only when the test calls scan.
-func handScanned(c *config.Config, o *testOptions) { o.goneEvery = time.Hour }
+func handScanned(c *gatewayConfig, o *testOptions) { o.goneEvery = time.Hour }
 
 // scanUntil scans until n requests in all were cancelled, a bounded number of times: the
 // departures are on loopback and normally all seen by the first scan.
@@ -145,7 +143,7 @@ func TestClientGoneWhileWaitingCancelsUpstream(t *testing.T) {
 // TestClientGoneRunsOnItsOwn: with the server's own watcher goroutine (no scans by hand), a
 // client that leaves has its request cancelled within a few intervals.
 func TestClientGoneRunsOnItsOwn(t *testing.T) {
-	ts := startServer(t, func(_ *config.Config, o *testOptions) { o.goneEvery = 10 * time.Millisecond })
+	ts := startServer(t, func(_ *gatewayConfig, o *testOptions) { o.goneEvery = 10 * time.Millisecond })
 	h := newHoldingReplica()
 	ts.slow.onGenerate = h.generate
 	defer close(h.release)

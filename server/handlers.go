@@ -78,7 +78,7 @@ func (s *Server) execute(ctx context.Context, r *router.Route, in textInput, rou
 	}
 	body, err := json.Marshal(executeRequest{
 		Messages:  []executeMessage{{Role: "user", Content: content}},
-		MaxTokens: s.cfg.Server.QueryProcessMaxTokens,
+		MaxTokens: s.cfg.HTTP.QueryProcessMaxTokens,
 	})
 	if err != nil {
 		return "", fmt.Errorf("encode execution request: %w", err)
@@ -129,10 +129,10 @@ type classifyResult struct {
 }
 
 // thresholdParts are the two rules a routed request's P(slow) must pass: the policy's own
-// threshold (quadratic: base + alpha·load²) and the slow-share budget's floor (0: none).
+// threshold (quadratic: base + alpha·load²) and the slow-share cap's floor (0: none).
 type thresholdParts struct {
-	Load   float64 `json:"load"`
-	Budget float64 `json:"budget"`
+	Load       float64 `json:"load"`
+	ShareFloor float64 `json:"budget"` // the slow-share cap's floor; "budget" on the wire since the first release
 }
 
 type classifyResponse struct {
@@ -191,8 +191,8 @@ func resultFor(r *router.Route) classifyResult {
 		Reason:     string(r.Reason),
 		Threshold:  round6(r.Decision.Threshold),
 		ThresholdParts: thresholdParts{
-			Load:   round6(r.Decision.LoadThreshold),
-			Budget: round6(r.Decision.BudgetThreshold),
+			Load:       round6(r.Decision.LoadThreshold),
+			ShareFloor: round6(r.Decision.ShareFloor),
 		},
 		Load:         round6(r.Decision.Load),
 		Cache:        r.CacheResult(),
@@ -263,7 +263,7 @@ func (s *Server) readiness() readiness {
 		Draining: s.draining.Load(),
 	}
 	r.Ready = r.Model && r.FastPool && r.SlowPool && !r.Draining
-	if s.cfg.Sim.Enabled {
+	if s.cfg.Simulated {
 		r.Simulated = true
 		r.Warning = "the pools are the built-in simulators (sim.enabled or --simulate): every answer is made up"
 	}

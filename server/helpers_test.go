@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -19,8 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/batcher"
 	"github.com/triage-gw/triage/classifier"
-	"github.com/triage-gw/triage/config"
+	"github.com/triage-gw/triage/decision"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream"
@@ -193,9 +195,36 @@ func (g *gate) awaitArrivals(t *testing.T, n int) {
 	}
 }
 
+// gatewayConfig is the sections a test gateway is built from, spelled as in the config
+// package's Config (which imports this package, so tests here cannot use it).
+type gatewayConfig struct {
+	Server   HTTPConfig
+	Admin    AdminConfig
+	Auth     AuthConfig
+	Sim      struct{ Enabled bool }
+	Pools    struct{ Fast, Slow upstream.PoolConfig }
+	Cache    router.CacheConfig
+	Cascade  router.CascadeConfig
+	Batcher  batcher.Config
+	Decision decision.Config
+	Routing  router.RoutingConfig
+}
+
+func (c gatewayConfig) http() Config {
+	return Config{HTTP: c.Server, Admin: c.Admin, Auth: c.Auth, Simulated: c.Sim.Enabled}
+}
+
+func (c gatewayConfig) router() router.Config {
+	return router.Config{Cache: c.Cache, Cascade: c.Cascade, Batcher: c.Batcher, Decision: c.Decision, Routing: c.Routing}
+}
+
 // testConfig points the pools at the given upstreams with background checks off.
-func testConfig(fast, slow []string) config.Config {
-	cfg := config.DefaultConfig()
+func testConfig(fast, slow []string) gatewayConfig {
+	cfg := gatewayConfig{Server: DefaultHTTPConfig(), Auth: DefaultAuthConfig(),
+		Cache: router.DefaultCacheConfig(), Cascade: router.DefaultCascadeConfig(), Batcher: batcher.DefaultConfig(),
+		Decision: decision.DefaultConfig(), Routing: router.DefaultRoutingConfig()}
+	cfg.Pools.Fast, cfg.Pools.Slow = upstream.DefaultPoolConfig(), upstream.DefaultPoolConfig()
+	cfg.Pools.Fast.Name, cfg.Pools.Slow.Name = "fast", "slow"
 	cfg.Server.ShutdownTimeout = 5 * time.Second
 	cfg.Server.RequestTimeout = 10 * time.Second
 	cfg.Admin.Token = testToken
@@ -226,15 +255,14 @@ type testServer struct {
 
 // testOptions are what a test may change besides the config.
 type testOptions struct {
-	load     router.Loader
-	backends []Backend
+	load router.Loader
 	// goneEvery replaces the client-gone watcher's interval; 0 keeps goneEvery. A test that
 	// scans by hand (s.gone.scan) sets it long.
 	goneEvery time.Duration
 	shared    SharedResponses
 }
 
-type serverOption func(*config.Config, *testOptions)
+type serverOption func(*gatewayConfig, *testOptions)
 
 // startServer runs a server over two fake upstreams (one replica each) and a fake model.
 func startServer(t testing.TB, opts ...serverOption) *testServer {
@@ -252,7 +280,7 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 
 // build wires the parts as cmd/triage does: the pools, the router, the server, on one
 // registry.
-func build(cfg config.Config, o testOptions, ln net.Listener) (*Server, error) {
+func build(cfg gatewayConfig, o testOptions, ln net.Listener) (*Server, error) {
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
 	popts := upstream.Options{Logger: log, Registerer: reg, BaselinePrices: cfg.Pools.Slow.Prices}
@@ -264,15 +292,40 @@ func build(cfg config.Config, o testOptions, ln net.Listener) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := router.New(cfg.Router(), router.Options{Load: o.load, Fast: fast, Slow: slow, Logger: log, Registerer: reg})
+	rt, err := router.New(cfg.router(), router.Options{Load: o.load, Fast: fast, Slow: slow, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
-	return New(cfg, Options{Router: rt, Logger: log, Registry: reg, Listener: ln, Backends: o.backends, SharedResponses: o.shared})
+	s, err := New(cfg.http(), Options{Router: rt, Logger: log, Registry: reg, Listener: ln, SharedResponses: o.shared})
+	if err != nil {
+		rt.Close()
+	}
+	return s, err
+}
+
+// runAll runs s with the parts it serves as cmd/triage's lifecycle does: the pools, the
+// router and the key reloader first, the server last; when ctx ends the server drains
+// before the others stop.
+func runAll(ctx context.Context, s *Server) error {
+	core, stopCore := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCore()
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for _, part := range []func(context.Context) error{s.fast.Run, s.slow.Run, s.router.Run, s.RunKeys} {
+		wg.Go(func() { errs <- part(core) })
+	}
+	err := s.Run(ctx)
+	stopCore()
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		err = errors.Join(err, e)
+	}
+	return err
 }
 
 // run starts cfg on a fresh 127.0.0.1:0 listener.
-func run(t testing.TB, cfg config.Config, o testOptions) (*Server, string, func() error) {
+func run(t testing.TB, cfg gatewayConfig, o testOptions) (*Server, string, func() error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -286,7 +339,7 @@ func run(t testing.TB, cfg config.Config, o testOptions) (*Server, string, func(
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	go func() { done <- runAll(ctx, s) }()
 	var once sync.Once
 	var runErr error
 	stop := func() error {

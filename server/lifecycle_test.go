@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 )
 
@@ -20,7 +19,7 @@ func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 	started, unblock := make(chan struct{}, 1), make(chan struct{})
 	release := sync.OnceFunc(func() { close(unblock) })
 	defer release()
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Batcher.MaxBatch, c.Batcher.QueueSize, c.Batcher.Workers = 1, 1, 1
 		c.Routing.Fallback = router.FallbackReject // today's 429; fail-open is tested in fallback_test.go
 	})
@@ -154,7 +153,7 @@ func TestGracefulShutdownLetsInFlightRequestsFinish(t *testing.T) {
 func TestShutdownCutsWhatOutlivesTheBound(t *testing.T) {
 	g := newGate()
 	defer g.release()
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Server.ShutdownTimeout = 200 * time.Millisecond })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Server.ShutdownTimeout = 200 * time.Millisecond })
 	ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Write([]byte("data: {}\n\n"))

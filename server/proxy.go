@@ -155,7 +155,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		pool:    r.Pool.Name(),
 		replica: resp.ReplicaID,
 		conn:    c.Context().Conn(),
-		stall:   s.cfg.Server.WriteStallTimeout,
+		stall:   s.cfg.HTTP.WriteStallTimeout,
 		stalled: s.m.writeStalls,
 		done: func() {
 			// The body is closed by now: the replica's usage, if it sent one, has been read.

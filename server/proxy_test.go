@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -185,7 +184,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 		require.Equal(t, "no_healthy_replica", *apiErr(t, body).Code)
 	})
 	t.Run("admission rejection is 429", func(t *testing.T) {
-		ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Pools.Fast.Admission.Name = upstream.AdmitRejectAll })
+		ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Pools.Fast.Admission.Name = upstream.AdmitRejectAll })
 		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
 		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, string(body))
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
@@ -200,7 +199,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 	t.Run("request timeout is 504", func(t *testing.T) {
 		// The first-byte timeout must be shorter than the request timeout (config), so the
 		// request timeout is met here while the request waits for its classification.
-		ts := startServer(t, func(c *config.Config, _ *testOptions) {
+		ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 			c.Server.RequestTimeout = 200 * time.Millisecond
 			c.Routing.ClassifyBudget = 0 // no budget: the request waits for its classification
 			c.Pools.Fast.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
@@ -219,7 +218,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 	t.Run("first-byte timeout is 504", func(t *testing.T) {
 		g := newGate()
 		defer g.release()
-		ts := startServer(t, func(c *config.Config, _ *testOptions) {
+		ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 			c.Pools.Fast.Timeouts.FirstByte = upstream.Duration(100 * time.Millisecond)
 		})
 		ts.fast.onGenerate = func(_ http.ResponseWriter, r *http.Request, _ []byte) { g.wait(r) }
@@ -259,7 +258,7 @@ func TestUpstreamErrorsNameIdsNotAddresses(t *testing.T) {
 // the upstream request cancelled and the slot released. Before, the slot and the upstream
 // stream were held for as long as the replica kept producing.
 func TestClientThatStopsReadingReleasesItsSlot(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Server.WriteStallTimeout = 300 * time.Millisecond
 	})
 	upstreamGone := make(chan struct{})
@@ -300,7 +299,7 @@ func TestClientThatStopsReadingReleasesItsSlot(t *testing.T) {
 // The write deadline a stream arms is cleared when it ends: the next response on the same
 // keep-alive connection, after the stall bound has long passed, is written normally.
 func TestStallDeadlineDoesNotOutliveItsStream(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Server.WriteStallTimeout = 100 * time.Millisecond
 	})
 	ts.fast.onGenerate = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
@@ -404,12 +403,4 @@ func TestHungOnlyReplicaIs504(t *testing.T) {
 	require.Equal(t, "fast-0", resp.Header.Get(HeaderReplica), "a 504 names its replica")
 	require.Less(t, time.Since(start), 2*time.Second, "the first-byte timeout, not the request timeout")
 	require.Equal(t, "upstream fast/fast-0: no response in time", apiErr(t, body).Message)
-}
-
-func TestFirstByteMustBeShorterThanTheRequestTimeout(t *testing.T) {
-	cfg := testConfig([]string{"http://127.0.0.1:1"}, []string{"http://127.0.0.1:2"})
-	cfg.Server.RequestTimeout = 30 * time.Second
-	cfg.Pools.Slow.Timeouts.FirstByte = upstream.Duration(time.Minute)
-	err := cfg.Validate()
-	require.ErrorContains(t, err, "pools.slow.timeouts.first_byte: must be below server.request_timeout (30s), got 1m0s")
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/triage-gw/triage/config"
 )
 
 var latencyRE = regexp.MustCompile(`^\d+\.\d{3}$`)
@@ -72,7 +70,7 @@ func TestQueryProcessClassifiesInstructionSEPContext(t *testing.T) {
 
 func TestSlowSlotIsHeldUntilExecutionEndsThenShedsWhenFull(t *testing.T) {
 	g := newGate()
-	ts := startServer(t, func(c *config.Config, _ *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
 		c.Decision.MaxSlowConcurrency = 1
 		c.Decision.Alpha = 0 // keep the threshold at 0.5 so only the semaphore sheds
 	})
@@ -106,7 +104,7 @@ func TestSlowSlotIsHeldUntilExecutionEndsThenShedsWhenFull(t *testing.T) {
 
 func TestThresholdRisesWithSlowLoad(t *testing.T) {
 	g := newGate()
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Decision.MaxSlowConcurrency = 2 })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Decision.MaxSlowConcurrency = 2 })
 	ts.slow.onGenerate = func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		g.wait(r)
 	}
@@ -155,7 +153,7 @@ func TestSlowUnhealthyShedsToFast(t *testing.T) {
 }
 
 func TestGreyZonePolicyUsesQueueLength(t *testing.T) {
-	ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Decision.Policy = "grey-zone" })
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Decision.Policy = "grey-zone" })
 	// Idle queue (< low_queue): a grey-zone text goes slow.
 	resp, body := postJSON(t, ts.url+"/v1/query-process", `{"text":"hmm p=0.48"}`)
 	require.Equal(t, `{"label":"1"}`, string(body))

@@ -22,7 +22,7 @@ func (s *Server) newStream(c *fiber.Ctx, rq *request, dl *deadline, r *router.Ro
 		pool:    r.Pool.Name(),
 		replica: resp.ReplicaID,
 		conn:    c.Context().Conn(),
-		stall:   s.cfg.Server.WriteStallTimeout,
+		stall:   s.cfg.HTTP.WriteStallTimeout,
 		stalled: s.m.writeStalls,
 		done: func() {
 			if u, ok := resp.Usage(); ok {

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 )
 
@@ -56,7 +55,7 @@ func TestReloadSwapsModelAtomicallyAndClosesTheOldOneAfterItsLastBatch(t *testin
 		return scoreTexts(texts), nil
 	}
 	seq := &loaderSeq{models: []*fakeModel{v1, v2}}
-	ts := startServer(t, func(c *config.Config, o *testOptions) {
+	ts := startServer(t, func(c *gatewayConfig, o *testOptions) {
 		o.load = seq.load
 		c.Batcher.Workers = 2 // a second batch may run while the first is held
 	})
@@ -112,7 +111,7 @@ func TestBrokenModelIsRefusedAndTheOldOneKeepsServing(t *testing.T) {
 		models: []*fakeModel{newFakeModel("v1"), nil, nan},
 		errs:   []error{nil, errors.New("manifest.json: sha256 mismatch")},
 	}
-	ts := startServer(t, func(_ *config.Config, o *testOptions) { o.load = seq.load })
+	ts := startServer(t, func(_ *gatewayConfig, o *testOptions) { o.load = seq.load })
 
 	resp, body := reload(t, ts.url)
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)

@@ -115,7 +115,7 @@ type deadline struct {
 func (s *Server) newDeadline() *deadline {
 	ctx, cancel := context.WithCancelCause(s.base)
 	d := &deadline{ctx: ctx, cancel: cancel, gone: s.gone}
-	d.timer = time.AfterFunc(s.cfg.Server.RequestTimeout, func() { cancel(errRequestTimeout) })
+	d.timer = time.AfterFunc(s.cfg.HTTP.RequestTimeout, func() { cancel(errRequestTimeout) })
 	return d
 }
 

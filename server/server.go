@@ -13,22 +13,16 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
 
-// Backend is a long-lived part the gateway depends on but does not own the config of, such
-// as the built-in simulated replicas. Run serves until ctx ends.
-type Backend interface {
-	Run(ctx context.Context) error
-}
-
 // Options are the server's collaborators.
 type Options struct {
-	// Router is the request pipeline: classification, decision and the two pools. Required.
-	// Run runs it and the pools, and stops them after the HTTP drain; the server owns it from
-	// New on (it closes it when Run ends, or when New fails).
+	// Router is the request pipeline: classification, decision and the two pools, which the
+	// server reads for status and readiness. Required. The server does not run or close it:
+	// whoever runs the server runs the router and the pools, and stops them after Run has
+	// drained (cmd/triage's lifecycle).
 	Router *router.Router
 	// Logger receives everything the server logs. Nil means slog.Default().
 	Logger *slog.Logger
@@ -36,11 +30,8 @@ type Options struct {
 	// process collectors) on it. Pass the registry the router and the pools registered on.
 	// Nil means a new private registry.
 	Registry *prometheus.Registry
-	// Listener is where Run serves. Nil means Run listens on cfg.Server.Listen.
+	// Listener is where Run serves. Nil means Run listens on cfg.HTTP.Listen.
 	Listener net.Listener
-	// Backends are started first by Run and stopped last, after the HTTP drain, so requests
-	// in flight can still reach them (the built-in simulators).
-	Backends []Backend
 	// SharedResponses, in fleet mode, shares the table of OpenAI Responses ids and the
 	// replica that stored each with the other gateways. Nil: this gateway's table only.
 	SharedResponses SharedResponses
@@ -50,14 +41,13 @@ type Options struct {
 // where each goes, proxies it there and answers. See the package documentation for its
 // concurrency and lifecycle.
 type Server struct {
-	cfg      config.Config
-	lim      limits
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	m        *metrics
-	app      *fiber.App
-	ln       net.Listener
-	backends []Backend
+	cfg Config
+	lim limits
+	log *slog.Logger
+	reg *prometheus.Registry
+	m   *metrics
+	app *fiber.App
+	ln  net.Listener
 
 	router *router.Router
 	auth   *keyAuth // nil without auth.keys_file
@@ -78,26 +68,20 @@ type Server struct {
 }
 
 // New validates cfg and builds the HTTP layer over opts.Router. Nothing runs and nothing
-// listens until Run. If New fails it closes the router.
-func New(cfg config.Config, opts Options) (_ *Server, err error) {
+// listens until Run.
+func New(cfg Config, opts Options) (_ *Server, err error) {
 	if opts.Router == nil {
 		return nil, errors.New("server: Options.Router is required")
 	}
-	defer func() {
-		if err != nil {
-			opts.Router.Close()
-		}
-	}()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{
 		cfg:       cfg,
-		lim:       limits{maxTextBytes: cfg.Server.MaxTextBytes, maxBatchTexts: cfg.Server.MaxBatchTexts},
+		lim:       limits{maxTextBytes: cfg.HTTP.MaxTextBytes, maxBatchTexts: cfg.HTTP.MaxBatchTexts},
 		log:       opts.Logger,
 		reg:       opts.Registry,
 		ln:        opts.Listener,
-		backends:  opts.Backends,
 		router:    opts.Router,
 		fast:      opts.Router.Fast(),
 		slow:      opts.Router.Slow(),
@@ -116,10 +100,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	local := newLocalResponses(cfg.Server.ResponseAffinityEntries, cfg.Server.ResponseAffinityTTL, nil, rm)
+	local := newLocalResponses(cfg.HTTP.ResponseAffinityEntries, cfg.HTTP.ResponseAffinityTTL, nil, rm)
 	s.responses = local
 	if opts.SharedResponses != nil {
-		s.responses = &tieredResponses{local: local, shared: opts.SharedResponses, ttl: cfg.Server.ResponseAffinityTTL}
+		s.responses = &tieredResponses{local: local, shared: opts.SharedResponses, ttl: cfg.HTTP.ResponseAffinityTTL}
 	}
 	if cfg.Auth.KeysFile != "" {
 		if s.auth, err = newKeyAuth(cfg.Auth.KeysFile, cfg.Auth.ReloadInterval, s.log, s.reg); err != nil {
@@ -132,47 +116,30 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	return s, nil
 }
 
-// Run serves until ctx ends, then shuts down in order: readiness drops; the listener closes
-// and in-flight requests (streams included) get server.shutdown_timeout to finish, after which
-// those left are cut; then the router (batcher, then the classifier once its last batch is
-// done) and the pools stop, and the backends stop last. A part that fails while serving starts
-// the same shutdown and its error is returned. Run may be called once.
+// Run serves until ctx ends, then drains: readiness drops; the listener closes and in-flight
+// requests (streams included) get server.shutdown_timeout to finish, after which those left
+// are cut. It returns once nothing is in flight, so the caller may then stop the router and
+// the pools. A failure to listen or serve starts the same drain and is returned. Run may be
+// called once.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("server: Run called twice")
 	}
 	defer s.cancelBase()
 	if s.ln == nil {
-		ln, err := net.Listen("tcp", s.cfg.Server.Listen)
+		ln, err := net.Listen("tcp", s.cfg.HTTP.Listen)
 		if err != nil {
-			s.router.Close()
 			return fmt.Errorf("server: listen: %w", err)
 		}
 		s.ln = ln
 	}
+	// The client-gone watcher stops after the drain: requests drained may still lose their client.
+	goneCtx, stopGone := context.WithCancel(context.WithoutCancel(ctx))
+	goneErr := make(chan error, 1)
+	go func() { goneErr <- s.gone.Run(goneCtx) }()
 
-	failed := make(chan error, len(s.backends)+4)
-	backCtx, stopBack := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBack()
-	var backWG sync.WaitGroup
-	for _, b := range s.backends {
-		backWG.Go(func() { report(failed, "backend", b.Run(backCtx)) })
-	}
-
-	coreCtx, stopCore := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopCore()
-	var coreWG sync.WaitGroup
-	coreWG.Go(func() { report(failed, "router", s.router.Run(coreCtx)) })
-	coreWG.Go(func() { report(failed, "fast pool", s.fast.Run(coreCtx)) })
-	coreWG.Go(func() { report(failed, "slow pool", s.slow.Run(coreCtx)) })
-	if s.auth != nil {
-		coreWG.Go(func() { report(failed, "api keys", s.auth.Run(coreCtx)) })
-	}
-	// Stopped with the core, after the drain: requests drained may still lose their client.
-	coreWG.Go(func() { report(failed, "client-gone watcher", s.gone.Run(coreCtx)) })
-
-	sc := s.cfg.Server
-	conns := newConnListener(s.ln, sc.MaxConnections, sc.MaxConnectionsPerIP, s.m, s.log,
+	hc := s.cfg.HTTP
+	conns := newConnListener(s.ln, hc.MaxConnections, hc.MaxConnectionsPerIP, s.m, s.log,
 		func(err error) []byte { return rawErrorResponse(err, s.log) })
 	served := make(chan error, 1)
 	go func() { served <- s.app.Listener(conns) }()
@@ -182,21 +149,32 @@ func (s *Server) Run(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		s.log.Info("shutting down", "shutdown_timeout", s.cfg.Server.ShutdownTimeout.String())
+		s.log.Info("shutting down", "shutdown_timeout", hc.ShutdownTimeout.String())
 	case err := <-served:
 		runErr = fmt.Errorf("server: serve: %w", err)
 		served <- nil // Listener has returned; let the drain below see it
-	case err := <-failed:
-		runErr = err
+	case err := <-goneErr:
+		runErr = fmt.Errorf("client-gone watcher: %w", err)
+		goneErr <- nil
 	}
 	if runErr != nil {
 		s.log.Error("shutting down after a failure", "err", runErr)
 	}
+	s.drain(conns, served)
+	stopGone()
+	if err := <-goneErr; err != nil && runErr == nil {
+		runErr = fmt.Errorf("client-gone watcher: %w", err)
+	}
+	return runErr
+}
 
-	// 1. Not ready, stop accepting, drain.
+// drain drops readiness, stops accepting and waits for in-flight requests until
+// server.shutdown_timeout, then cuts those left through the base context.
+func (s *Server) drain(conns *connListener, served chan error) {
 	s.draining.Store(true)
-	deadline := time.Now().Add(s.cfg.Server.ShutdownTimeout)
+	deadline := time.Now().Add(s.cfg.HTTP.ShutdownTimeout)
 	shutCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	if err := s.app.ShutdownWithContext(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("http shutdown", "err", err)
 	}
@@ -207,9 +185,8 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-s.active.idle():
 	case <-shutCtx.Done():
 	}
-	cancel()
 	if n := s.active.count(); n > 0 {
-		// 2. Cut what did not finish: cancelling base ends upstream requests and their streams.
+		// Cut what did not finish: cancelling base ends upstream requests and their streams.
 		s.log.Warn("drain timed out, cutting in-flight requests", "in_flight", n)
 		s.cancelBase()
 		select {
@@ -223,29 +200,15 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-time.After(time.Second):
 		s.log.Warn("http listener did not return after shutdown")
 	}
-
-	// 3. The router (batcher, then the model) and the pools.
-	stopCore()
-	coreWG.Wait()
-
-	// 4. Backends last.
-	stopBack()
-	backWG.Wait()
-	close(failed)
-	for err := range failed {
-		if runErr == nil {
-			runErr = err
-		}
-	}
-	s.log.Info("shutdown complete")
-	return runErr
 }
 
-// report sends a part's failure to failed; a part that returns nil has simply stopped.
-func report(failed chan<- error, part string, err error) {
-	if err != nil {
-		failed <- fmt.Errorf("%s: %w", part, err)
+// RunKeys re-reads auth.keys_file every auth.reload_interval until ctx ends; without a keys
+// file it returns nil at once.
+func (s *Server) RunKeys(ctx context.Context) error {
+	if s.auth == nil {
+		return nil
 	}
+	return s.auth.Run(ctx)
 }
 
 // Addr returns the address Run serves on, or nil before it listens.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/upstream/policy"
 )
 
@@ -15,7 +14,7 @@ import (
 // pool's trace says which branch decided (no target, or a target some replica is predicted
 // to meet), a bad value is a 400 naming the header, and the header never reaches a replica.
 func TestSLOTTFTHeader(t *testing.T) {
-	sloPolicy := func(c *config.Config, _ *testOptions) {
+	sloPolicy := func(c *gatewayConfig, _ *testOptions) {
 		c.Pools.Fast.Policy.Name = "slo-least-load"
 		c.Pools.Fast.Policy.Trace.Enabled = true
 	}

@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/triage-gw/triage/config"
 )
 
 // traceOn enables decision tracing on the fast pool with a ring of capacity records and
@@ -16,7 +14,7 @@ import (
 // whose picks depend on whether the previous response has been accounted for yet, its
 // turns are fixed.
 func traceOn(capacity int) serverOption {
-	return func(c *config.Config, _ *testOptions) {
+	return func(c *gatewayConfig, _ *testOptions) {
 		c.Pools.Fast.Policy.Name = "round-robin"
 		c.Pools.Fast.Policy.Trace.Enabled = true
 		c.Pools.Fast.Policy.Trace.Capacity = capacity
@@ -114,7 +112,7 @@ func TestAdminTraceErrors(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "behind the admin token like the other admin endpoints")
 	require.Equal(t, "authentication_error", apiErr(t, body).Type)
 
-	ts = startServer(t, func(c *config.Config, _ *testOptions) { c.Admin.Token = "" })
+	ts = startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Admin.Token = "" })
 	resp, _ = do(t, http.MethodGet, ts.url+"/admin/trace?pool=fast", "", nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "no admin token, no admin endpoints")
 }

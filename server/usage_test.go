@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/triage-gw/triage/config"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -173,7 +172,7 @@ func TestStreamUsageRequestAndStrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := startServer(t, func(c *config.Config, _ *testOptions) { c.Pools.Fast.AskStreamUsage = tt.ask })
+			ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Pools.Fast.AskStreamUsage = tt.ask })
 			ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, body []byte) {
 				var req struct {
 					StreamOptions struct {

@@ -226,6 +226,12 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 // Name returns the pool's configured name.
 func (p *Pool) Name() string { return p.cfg.Name }
 
+// PolicyName returns the name of the pool's replica policy (policy.name).
+func (p *Pool) PolicyName() string { return p.cfg.Policy.Name }
+
+// Disaggregation returns the pool's prefill/decode settings (the leg policies' names).
+func (p *Pool) Disaggregation() DisaggregationConfig { return p.cfg.Disaggregation }
+
 // AskStreamUsage reports the pool's ask_stream_usage setting: whether a
 // stream may be sent with stream_options.include_usage its client did not ask
 // for (the caller then drops the usage chunk, see IsUsageChunk).

@@ -8,6 +8,10 @@ import (
 	"os"
 )
 
+// DefaultPath is the dataset beside the repository (shared/ next to the checkout), relative
+// to the repository root where make runs the benchmarks.
+const DefaultPath = "../shared/datasets/dolly-15k-dev.jsonl"
+
 // Row is one line of the databricks-dolly-15k JSONL file.
 type Row struct {
 	Instruction string `json:"instruction"`

@@ -8,9 +8,13 @@
 // Every run is bounded in time and request count, and all traffic stays on
 // 127.0.0.1. Run a subcommand with -h for its flags.
 //
-// This command parses flags, wires the scenarios and writes their output; the
-// load generator, statistics, traces, SSE timing and report helpers it uses
-// are the packages under bench/.
+// This command only dispatches: each program is a package of its own under
+// internal/ (gatewaybench: the gateway benchmarks and the hello baseline; sweep:
+// the replica-policy sweep; drills: fleet mode), which parses its flags, runs
+// its scenarios and writes their output. The gateway child process is
+// internal/gatewayproc's; every child process is started and stopped by the
+// repository's internal/childproc. The load generator, statistics, traces,
+// SSE timing and report helpers they use are the packages under bench/.
 package main
 
 import (
@@ -21,8 +25,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"github.com/triage-gw/triage/cmd/triage-bench/internal/drills"
+	"github.com/triage-gw/triage/cmd/triage-bench/internal/gatewaybench"
+	"github.com/triage-gw/triage/cmd/triage-bench/internal/sweep"
 )
 
 func main() {
@@ -49,7 +56,7 @@ Commands:
   gateway    start bin/triage as a subprocess and run the gateway scenarios
              (seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost)
   fleet      start redis-server, mockllm replicas and 1 or 3 gateways as processes
-             and measure fleet mode against one gateway: slow-path budget,
+             and measure fleet mode against one gateway: shared slow slots,
              result-cache hit rate, prefix affinity, added latency, and the
              kill -9 and Redis outage drills
   hello      serve a bare net/http hello world (the HTTP baseline of conc-hit)
@@ -64,13 +71,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "policies":
-		return runPolicies(ctx, args[1:], stdout, stderr)
+		return sweep.Run(ctx, args[1:], stdout, stderr)
 	case "gateway":
-		return runGateway(ctx, args[1:], stdout, stderr)
+		return gatewaybench.Run(ctx, args[1:], stdout, stderr)
 	case "fleet":
-		return runFleet(ctx, args[1:], stdout, stderr)
+		return drills.Run(ctx, args[1:], stdout, stderr)
 	case "hello":
-		return runHello(ctx, args[1:], stderr)
+		return gatewaybench.RunHello(ctx, args[1:], stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -78,18 +85,3 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
 }
-
-// commandLine renders how this run was invoked, for report headers.
-func commandLine(sub string, args []string) string {
-	parts := append([]string{"triage-bench", sub}, args...)
-	for i, p := range parts {
-		if strings.ContainsAny(p, " \t\"'") {
-			parts[i] = fmt.Sprintf("%q", p)
-		}
-	}
-	return strings.Join(parts, " ")
-}
-
-// defaultDolly is the dataset beside the repository (shared/ next to the
-// checkout), relative to the repository root where make runs the benchmarks.
-const defaultDolly = "../shared/datasets/dolly-15k-dev.jsonl"

@@ -62,11 +62,11 @@ func startGatewayWith(t *testing.T, cfg config.Config, load router.Loader) (stri
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p.listener = ln
-	srv, rt, err := build(cfg, p)
+	gw, err := build(cfg, p)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- gw.stages.run(ctx, log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -76,7 +76,7 @@ func startGatewayWith(t *testing.T, cfg config.Config, load router.Loader) (stri
 			t.Error("the gateway did not stop")
 		}
 	})
-	return "http://" + ln.Addr().String(), rt
+	return "http://" + ln.Addr().String(), gw.router
 }
 
 // quickSims makes the built-in replicas answer at once.
@@ -328,8 +328,8 @@ func TestFleetOfTwoGatewaysSharesTheCache(t *testing.T) {
 	quickSims(&cfg)
 	cfg.Fleet.Enabled = true
 	cfg.Fleet.URL = r.URL()
-	cfg.Fleet.Budget.SyncInterval = 20 * time.Millisecond
-	cfg.Fleet.Budget.LeaseTTL = time.Second
+	cfg.Fleet.Slots.SyncInterval = 20 * time.Millisecond
+	cfg.Fleet.Slots.LeaseTTL = time.Second
 	cfg.Fleet.GatewayID = "gw-a"
 	a, _ := startGateway(t, cfg)
 	cfg.Fleet.GatewayID = "gw-b"

@@ -26,7 +26,6 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/classifier/onnx"
@@ -55,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("triage", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // usage is printed by us, on --help only
 	configPath := fs.String("config", "", "YAML config file (default: $TRIAGE_CONFIG, else built-in defaults)")
-	listen := fs.String("listen", config.DefaultServerConfig().Listen, "address to serve on; overrides server.listen")
+	listen := fs.String("listen", server.DefaultHTTPConfig().Listen, "address to serve on; overrides server.listen")
 	simulate := fs.Bool("simulate", false, "start the built-in simulated fast and slow pools (sim.enabled): every answer is made up; for demos and tests, never with configured replicas")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as YAML (secrets redacted) and exit")
 	printExample := fs.Bool("print-example", false, "print the commented example configuration (every setting with its default) and exit")
@@ -74,7 +73,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err := stdout.Write(config.Example)
 		return err
 	}
-	src := config.Sources{File: *configPath, Simulate: *simulate, ListenOnly: *healthcheck, InstallRoot: installRoot()}
+	var renamed [][2]string // old and new names of settings read under a name they no longer have
+	src := config.Sources{File: *configPath, Simulate: *simulate, ListenOnly: *healthcheck, InstallRoot: installRoot(),
+		Deprecated: func(old, new string) { renamed = append(renamed, [2]string{old, new}) }}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "listen" {
 			src.Listen = *listen
@@ -99,20 +100,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err = stdout.Write(out)
 		return err
 	}
-	return serve(ctx, cfg, newLogger(cfg.Log, stderr))
+	log := newLogger(cfg.Log, stderr)
+	for _, r := range renamed {
+		log.Warn("deprecated setting name: it still works, but use the new one", "old", r[0], "new", r[1])
+	}
+	return serve(ctx, cfg, log)
 }
 
-// serve builds the parts and runs them: the server (which runs the router, the pools and the
-// built-in simulators, and stops them in order) and the SIGHUP reloader.
+// serve builds the parts and runs them in the lifecycle's order (lifecycle.go).
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	var backends []server.Backend
+	var backends []backend
 	if cfg.Sim.Enabled {
 		locals, err := listenBuiltin(&cfg, log)
 		if err != nil {
 			return err
 		}
 		for _, l := range locals {
-			defer l.Close() // the server closes the listeners when it runs; this covers a failed build
+			defer l.Close() // Run closes the listeners; this covers a failed build
 			backends = append(backends, l)
 		}
 		// WARN, not INFO: an operator scanning for trouble must see that nothing is real.
@@ -120,50 +124,44 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			"built-in simulator; not for production",
 			"fast_replicas", len(cfg.Pools.Fast.Replicas), "slow_replicas", len(cfg.Pools.Slow.Replicas))
 	}
-	srv, rt, err := build(cfg, parts{log: log, backends: backends})
+	gw, err := build(cfg, parts{log: log, backends: backends})
 	if err != nil {
 		return err
 	}
+	return gw.stages.run(ctx, log)
+}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Run(gctx) })
-	g.Go(func() error {
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-hup:
-				log.Info("SIGHUP: reloading the classifier model")
-				_, _ = rt.Reload(gctx) // a refused model is logged by Reload; the old one keeps serving
-			}
-		}
-	})
-	return g.Wait()
+// backend is a long-lived part the gateway depends on but does not serve: the built-in
+// simulators and the fleet. Run serves until ctx ends.
+type backend interface {
+	Run(ctx context.Context) error
 }
 
 // parts are what build takes besides the config.
 type parts struct {
 	log      *slog.Logger
-	backends []server.Backend // started first, stopped last by the server
-	listener net.Listener     // nil: listen on server.listen
-	load     router.Loader    // nil: the real classifier from cfg.Classifier
+	backends []backend     // started first, stopped last
+	listener net.Listener  // nil: listen on server.listen
+	load     router.Loader // nil: the real classifier from cfg.Classifier
 }
 
-// build wires the gateway: in fleet mode the fleet's Redis state (budget, shared cache,
+// gateway is the built gateway: its stages, and the router for the tests.
+type gateway struct {
+	stages lifecycle
+	router *router.Router
+}
+
+// build wires the gateway: in fleet mode the fleet's Redis state (slow slots, shared cache,
 // replica affinity, the Responses table), the two pools (each with the replica policy and admission its config
 // names, sharing picks and load through the fleet's affinity), the router over them with the
-// classifier, and the HTTP server, all registering their metrics on one registry. On error
-// everything built so far is released.
-func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err error) {
+// classifier, and the HTTP server, all registering their metrics on one registry; then the
+// order they run and stop in. On error everything built so far is released.
+func build(cfg config.Config, p parts) (_ *gateway, err error) {
 	reg := prometheus.NewRegistry()
 	var f *fleet.Fleet
 	if cfg.Fleet.Enabled {
 		if f, err = fleet.New(cfg.Fleet, cfg.Decision.MaxSlowConcurrency, fleet.Options{Logger: p.log, Registerer: reg}); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		defer func() {
 			if err != nil {
@@ -178,11 +176,11 @@ func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err 
 	}
 	fast, err := upstream.New(cfg.Pools.Fast, popts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	slow, err := upstream.New(cfg.Pools.Slow, popts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	load := p.load
 	if load == nil {
@@ -190,13 +188,13 @@ func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err 
 	}
 	ropts := router.Options{Load: load, Fast: fast, Slow: slow, Logger: p.log, Registerer: reg}
 	if f != nil {
-		ropts.Budget = f.Budget
+		ropts.Slots = f.Slots
 		if f.Cache != nil {
 			ropts.Shared = f.Cache
 		}
 		if f.Affinity != nil {
 			if err = errors.Join(f.Affinity.Attach(fast), f.Affinity.Attach(slow)); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 		// The fleet runs like a backend: it starts before the gateway serves and stops after
@@ -205,22 +203,51 @@ func build(cfg config.Config, p parts) (_ *server.Server, _ *router.Router, err 
 	}
 	rt, err := router.New(cfg.Router(), ropts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	sopts := server.Options{Router: rt, Logger: p.log, Registry: reg, Backends: p.backends, Listener: p.listener}
+	sopts := server.Options{Router: rt, Logger: p.log, Registry: reg, Listener: p.listener}
 	if f != nil {
 		sopts.SharedResponses = f.Responses
 	}
-	srv, err := server.New(cfg, sopts)
+	srv, err := server.New(cfg.HTTP(), sopts)
 	if err != nil {
-		return nil, nil, err // New has closed the router
+		rt.Close()
+		return nil, err
 	}
-	return srv, rt, nil
+	var back stage
+	for _, b := range p.backends {
+		back = append(back, part{"backend", b.Run})
+	}
+	return &gateway{router: rt, stages: lifecycle{
+		back,
+		{{"api keys", srv.RunKeys}},
+		{{"fast pool", fast.Run}, {"slow pool", slow.Run}},
+		{{"router", rt.Run}},
+		{{"server", srv.Run}, {"sighup reloader", reloadOnHUP(rt, p.log)}},
+	}}, nil
+}
+
+// reloadOnHUP reloads the classifier model on every SIGHUP until ctx ends. It takes SIGHUP
+// over at once, before anything serves: by default the signal would end the process.
+func reloadOnHUP(rt *router.Router, log *slog.Logger) func(context.Context) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	return func(ctx context.Context) error {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-hup:
+				log.Info("SIGHUP: reloading the classifier model")
+				_, _ = rt.Reload(ctx) // a refused model is logged by Reload; the old one keeps serving
+			}
+		}
+	}
 }
 
 // listenBuiltin opens the listeners of the built-in simulated pools described by cfg.Sim and
-// points cfg.Pools at them (their model names too, unless set). The server runs them first
-// and stops them last.
+// points cfg.Pools at them (their model names too, unless set). They run first and stop last.
 func listenBuiltin(cfg *config.Config, log *slog.Logger) ([]*sim.Local, error) {
 	fast, err := sim.ListenLocalPD(cfg.Sim.Fast, cfg.Sim.FastReplicas, cfg.Sim.FastPrefillReplicas, log)
 	if err != nil {

@@ -8,6 +8,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/internal/childproc"
 )
 
 // Server is a real redis-server (the Debian package scripts/setup.sh redis installs)
@@ -24,8 +27,7 @@ import (
 type Server struct {
 	t    *testing.T
 	port int
-	cmd  *exec.Cmd
-	done chan struct{}
+	p    *childproc.Proc // nil while stopped
 }
 
 // Start launches a redis-server on a free port and waits until it answers PING.
@@ -49,29 +51,23 @@ func (r *Server) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d", r.por
 // Start launches the server (again) on its port and waits until it answers.
 func (r *Server) Start() {
 	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", fmt.Sprint(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--loglevel", "warning")
-	require.NoError(r.t, r.cmd.Start())
-	r.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(r.cmd, r.done)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if r.ping() == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r.t.Fatalf("redis-server on port %d did not answer", r.port)
+	p, err := childproc.Start("redis-server", Args(r.port), childproc.Options{})
+	require.NoError(r.t, err)
+	r.p = p
+	err = childproc.WaitFor(context.Background(), p, 10*time.Second, 10*time.Millisecond,
+		fmt.Sprintf("redis-server on port %d", r.port), func() bool { return r.ping() == nil })
+	require.NoError(r.t, err)
+}
+
+// Args are redis-server's flags for a server on 127.0.0.1:port without persistence.
+func Args(port int) []string {
+	return []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning"}
 }
 
 // Stop kills the server (SIGKILL: no goodbye to its clients). Idempotent.
 func (r *Server) Stop() {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	r.cmd.Process.Kill()
-	<-r.done
-	r.cmd = nil
+	r.p.Kill()
+	r.p = nil
 }
 
 // Command sends one command and returns its reply: a status or integer line as is ("+OK",
