@@ -23,11 +23,11 @@ TOKENIZER = REPO / ".deps" / "encoders" / "all-minilm-l6-v2"
 
 @pytest.fixture(scope="module")
 def builtin_gateway():
-    """The gateway with no configuration: its built-in simulated fast and slow pools."""
+    """The gateway with its built-in simulated fast and slow pools (--simulate)."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="triage-aiperf-", suffix=".log", delete=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}
-    proc = subprocess.Popen([str(BIN / "triage"), "--listen", f"127.0.0.1:{port}"],
+    proc = subprocess.Popen([str(BIN / "triage"), "--simulate", "--listen", f"127.0.0.1:{port}"],
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
