@@ -29,7 +29,11 @@ func TestShippedStaticStage(t *testing.T) {
 	require.NoError(t, err)
 	s, shas, err := LoadStatic(dir, m)
 	require.NoError(t, err)
-	require.Equal(t, []string{m.Static.TableSHA256, m.Static.HeadSHA256}, shas)
+	want := []string{m.Static.TableSHA256, m.Static.HeadSHA256}
+	if m.Static.Pooling == poolWeightedMean {
+		want = append(want, m.Static.WeightsSHA256)
+	}
+	require.Equal(t, want, shas)
 	require.Equal(t, m.Static.Vocab, s.Vocab())
 	b := s.Band()
 	require.Equal(t, Band{Lo: m.Static.Band[0], Hi: m.Static.Band[1]}, b)
@@ -108,6 +112,8 @@ func TestStaticTableFormats(t *testing.T) {
 				s := m["static"].(map[string]any)
 				s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = format, 3, 2, []int{sep}
 				s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
+				s["pooling"] = "mean" // every kept piece counts once
+				delete(s, "weights_file")
 			})
 			s, _, err := loadStage(dir)
 			require.NoError(t, err)
