@@ -14,6 +14,10 @@ import (
 // Manifest describes one exported model: the encoder it expects, the head,
 // and the input format. The training notebook writes it next to the head.
 type Manifest struct {
+	// FormatVersion is the manifest format: absent (0) or 1 is the first
+	// format, 2 adds the static stage's piece weights. A newer format than
+	// this build reads is refused, naming both.
+	FormatVersion  int     `json:"format_version"`
 	Version        string  `json:"version"`
 	TextFormat     string  `json:"text_format"`
 	LabelThreshold float64 `json:"label_threshold"`
@@ -49,18 +53,25 @@ type Manifest struct {
 // (JSON: float32 weights in feature order and a bias), and the band of
 // P(slow) inside which it defers to the encoder.
 type StaticManifest struct {
-	TableFile   string    `json:"table_file"`
-	TableSHA256 string    `json:"table_sha256"`
-	TableFormat string    `json:"table_format"` // int8_row_scale, float16 or float32
-	Vocab       int       `json:"vocab"`
-	Dim         int       `json:"dim"`
-	DropIDs     []uint32  `json:"drop_ids"` // token ids left out of the mean: [CLS], [SEP]
-	Pooling     string    `json:"pooling"`
-	Normalize   string    `json:"normalize"`
-	HeadFile    string    `json:"head_file"`
-	HeadSHA256  string    `json:"head_sha256"`
-	Features    []string  `json:"features"`
-	Band        []float64 `json:"band"` // [lo, hi]
+	TableFile   string   `json:"table_file"`
+	TableSHA256 string   `json:"table_sha256"`
+	TableFormat string   `json:"table_format"` // int8_row_scale, float16 or float32
+	Vocab       int      `json:"vocab"`
+	Dim         int      `json:"dim"`
+	DropIDs     []uint32 `json:"drop_ids"` // token ids left out of the mean: [CLS], [SEP]
+	// Pooling is "mean" (every kept piece counts once) or, from format 2,
+	// "weighted_mean": each piece's row counts by its weight in WeightsFile
+	// (vocab little-endian float32 values, one per piece), so pieces that
+	// carry nothing for the decision (digits, hex fragments, punctuation)
+	// do not dilute the text's vector.
+	Pooling       string    `json:"pooling"`
+	WeightsFile   string    `json:"weights_file,omitempty"`
+	WeightsSHA256 string    `json:"weights_sha256,omitempty"`
+	Normalize     string    `json:"normalize"`
+	HeadFile      string    `json:"head_file"`
+	HeadSHA256    string    `json:"head_sha256"`
+	Features      []string  `json:"features"`
+	Band          []float64 `json:"band"` // [lo, hi]
 	// DistilledFrom names the encoder the table was distilled from; it must be
 	// the manifest's encoder (a table from another encoder is refused).
 	DistilledFrom struct {
@@ -96,8 +107,20 @@ func LoadManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
+// Manifest formats this build reads (Manifest.FormatVersion).
+const (
+	formatV1 = 1 // the first format; also an absent format_version
+	formatV2 = 2 // static.pooling "weighted_mean" with static.weights_file
+	// FormatLatest is the newest manifest format this build reads and the one the notebook writes.
+	FormatLatest = formatV2
+)
+
 func (m *Manifest) validate() error {
 	var errs []error
+	if m.FormatVersion < 0 || m.FormatVersion > FormatLatest {
+		// Nothing else is checked: a newer format may mean anything by its fields.
+		return fmt.Errorf("format_version %d: this build of Triage reads manifest formats 1 to %d; use a newer Triage or re-export the model with this one's notebook", m.FormatVersion, FormatLatest)
+	}
 	if m.Version == "" {
 		errs = append(errs, errors.New("version: must not be empty"))
 	}
@@ -134,7 +157,7 @@ func (m *Manifest) validate() error {
 		errs = append(errs, fmt.Errorf("label_threshold: must be in (0, 1), got %g", m.LabelThreshold))
 	}
 	if m.Static != nil {
-		errs = append(errs, m.Static.validate())
+		errs = append(errs, m.Static.validate(max(m.FormatVersion, formatV1)))
 		if got := m.Static.DistilledFrom.EncoderSHA256; got != m.Encoder.SHA256 {
 			errs = append(errs, fmt.Errorf("static.distilled_from.encoder_sha256: the table was distilled from encoder %q, not this manifest's encoder %q; re-run the notebook", got, m.Encoder.SHA256))
 		}

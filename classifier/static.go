@@ -41,10 +41,14 @@ const (
 	formatFP32  = "float32"
 	featStatic  = "static_mean_l2"
 	staticMaxID = 1 << 24 // sanity bound on the vocabulary size
+
+	poolMean         = "mean"
+	poolWeightedMean = "weighted_mean"
 )
 
 // Static is the first stage: one vector per word piece distilled from the
-// encoder, mean over a text's pieces, L2, then a logistic regression. It
+// encoder, mean over a text's pieces (weighted per piece when the manifest
+// says weighted_mean), L2, then a logistic regression. It
 // runs no ONNX Runtime call. It is immutable after LoadStatic and safe for
 // concurrent use without locking.
 type Static struct {
@@ -52,6 +56,7 @@ type Static struct {
 	q          []int8    // int8 format: vocab×dim
 	scale      []float32 // int8 format: vocab
 	f          []float32 // float formats, widened to float32 at load: vocab×dim
+	pw         []float32 // weighted_mean: one weight per piece (vocab); nil for the plain mean
 	w          []float32 // dim weights, then has_context's
 	bias       float32
 	drop       []uint32 // ids left out of the mean ([CLS], [SEP])
@@ -66,8 +71,9 @@ type staticHead struct {
 }
 
 // LoadStatic reads and checks the static table and head named in m.Static
-// from dir (the model directory), every failure naming the file; it also
-// returns their sha256s, table then head, for Manifest.ContentVersion. m must
+// (and its piece weights, for weighted_mean) from dir (the model directory),
+// every failure naming the file; it also returns their sha256s, table, head
+// then weights, for Manifest.ContentVersion. m must
 // have a static section. The caller checks Vocab against its tokenizer.
 func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	sm := m.Static
@@ -112,6 +118,13 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 		}
 	}
 
+	var weightsSHA string
+	if sm.Pooling == poolWeightedMean {
+		if s.pw, weightsSHA, err = loadPieceWeights(dir, sm); err != nil {
+			return nil, nil, err
+		}
+	}
+
 	headPath := filepath.Join(dir, sm.HeadFile)
 	hraw, err := os.ReadFile(headPath)
 	if err != nil {
@@ -135,7 +148,35 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	if !slices.Contains(sm.Features, FeatureHasContext) {
 		s.w = append(s.w, 0) // has_context unused: weight 0 keeps score's arithmetic uniform
 	}
-	return s, []string{tableSHA, headSHA}, nil
+	shas := []string{tableSHA, headSHA}
+	if weightsSHA != "" {
+		shas = append(shas, weightsSHA)
+	}
+	return s, shas, nil
+}
+
+// loadPieceWeights reads static.weights_file: vocab float32 values, each finite and >= 0.
+func loadPieceWeights(dir string, sm *StaticManifest) ([]float32, string, error) {
+	path := filepath.Join(dir, sm.WeightsFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("static piece weights: %w", err)
+	}
+	sha := sha256Hex(raw)
+	if sha != sm.WeightsSHA256 {
+		return nil, "", fmt.Errorf("static piece weights %s: sha256 %s does not match the manifest's %s", path, sha, sm.WeightsSHA256)
+	}
+	if len(raw) != 4*sm.Vocab {
+		return nil, "", fmt.Errorf("static piece weights %s: %d bytes, want %d for %d float32 weights", path, len(raw), 4*sm.Vocab, sm.Vocab)
+	}
+	w := make([]float32, sm.Vocab)
+	for i := range w {
+		w[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		if !(w[i] >= 0) || math.IsInf(float64(w[i]), 1) {
+			return nil, "", fmt.Errorf("static piece weights %s: weight %d is %g, want a finite value >= 0", path, i, w[i])
+		}
+	}
+	return w, sha, nil
 }
 
 func staticFeatureDim(features []string, dim int) int {
@@ -162,11 +203,13 @@ func (s *Static) Band() Band { return s.band }
 // them, [CLS] and [SEP] included; sep is the tokenizer's [SEP] id, for
 // has_context). It allocates one dim-sized scratch vector. An id outside the
 // table is an error. The arithmetic mirrors the notebook's static_p_ref:
-// float32 sums in token order, the mean, an L2 norm in float64, then a
-// float64 dot product.
+// float32 sums in token order (each row times its piece weight under
+// weighted_mean), divided by the count (or the sum of the weights), an L2
+// norm in float64, then a float64 dot product. A text whose kept pieces all
+// weigh 0 has no vector: the bias and has_context alone decide it.
 func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 	acc := make([]float32, s.dim)
-	n := 0
+	var total float32
 	for _, id := range ids {
 		if slices.Contains(s.drop, id) {
 			continue
@@ -174,13 +217,19 @@ func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 		if int(id) >= s.vocab {
 			return 0, fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
 		}
-		n++
+		wt := float32(1)
+		if s.pw != nil {
+			if wt = s.pw[id]; wt == 0 {
+				continue
+			}
+		}
+		total += wt
 		off := int(id) * s.dim
 		// a has row's length, so the compiler drops the bounds checks.
 		if s.q != nil {
 			row := s.q[off : off+s.dim]
 			a := acc[:len(row)]
-			sc := s.scale[id]
+			sc := s.scale[id] * wt
 			for j, v := range row {
 				a[j] += float32(v) * sc
 			}
@@ -188,16 +237,15 @@ func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 			row := s.f[off : off+s.dim]
 			a := acc[:len(row)]
 			for j, v := range row {
-				a[j] += v
+				a[j] += v * wt
 			}
 		}
 	}
 	z := float64(s.bias) + float64(s.w[s.dim])*float64(HasContext(ids, sep))
-	if n > 0 {
-		inv := float32(n)
+	if total > 0 {
 		var norm float64
 		for j := range acc {
-			acc[j] /= inv
+			acc[j] /= total
 			norm += float64(acc[j]) * float64(acc[j])
 		}
 		if norm > 0 {
@@ -247,8 +295,8 @@ func float16to32(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
 }
 
-// validate checks the manifest's static section.
-func (sm *StaticManifest) validate() error {
+// validate checks the manifest's static section under manifest format version.
+func (sm *StaticManifest) validate(version int) error {
 	var errs []error
 	if sm.TableFile == "" || sm.HeadFile == "" || sm.TableSHA256 == "" || sm.HeadSHA256 == "" {
 		errs = append(errs, errors.New("static.table_file, table_sha256, head_file and head_sha256: must not be empty"))
@@ -262,8 +310,22 @@ func (sm *StaticManifest) validate() error {
 	if sm.Dim < 1 || sm.Dim > 1<<16 {
 		errs = append(errs, fmt.Errorf("static.dim: must be in [1, 65536], got %d", sm.Dim))
 	}
-	if sm.Pooling != "mean" || sm.Normalize != "l2" {
-		errs = append(errs, fmt.Errorf("static.pooling and static.normalize: only \"mean\" and \"l2\" are supported, got %q and %q", sm.Pooling, sm.Normalize))
+	switch {
+	case sm.Pooling == poolMean:
+		if sm.WeightsFile != "" {
+			errs = append(errs, fmt.Errorf("static.weights_file: %q is only read with pooling %q, the manifest says %q", sm.WeightsFile, poolWeightedMean, poolMean))
+		}
+	case sm.Pooling == poolWeightedMean && version >= formatV2:
+		if sm.WeightsFile == "" || sm.WeightsSHA256 == "" {
+			errs = append(errs, fmt.Errorf("static.weights_file and static.weights_sha256: required with pooling %q", poolWeightedMean))
+		}
+	case sm.Pooling == poolWeightedMean:
+		errs = append(errs, fmt.Errorf("static.pooling %q needs format_version %d, the manifest says %d", poolWeightedMean, formatV2, version))
+	default:
+		errs = append(errs, fmt.Errorf("static.pooling: want %q or %q, got %q", poolMean, poolWeightedMean, sm.Pooling))
+	}
+	if sm.Normalize != "l2" {
+		errs = append(errs, fmt.Errorf("static.normalize: only \"l2\" is supported, got %q", sm.Normalize))
 	}
 	if len(sm.Features) == 0 || sm.Features[0] != featStatic {
 		errs = append(errs, fmt.Errorf("static.features: must start with %q, got %q", featStatic, sm.Features))

@@ -29,7 +29,11 @@ func TestShippedStaticStage(t *testing.T) {
 	require.NoError(t, err)
 	s, shas, err := LoadStatic(dir, m)
 	require.NoError(t, err)
-	require.Equal(t, []string{m.Static.TableSHA256, m.Static.HeadSHA256}, shas)
+	want := []string{m.Static.TableSHA256, m.Static.HeadSHA256}
+	if m.Static.Pooling == poolWeightedMean {
+		want = append(want, m.Static.WeightsSHA256)
+	}
+	require.Equal(t, want, shas)
 	require.Equal(t, m.Static.Vocab, s.Vocab())
 	b := s.Band()
 	require.Equal(t, Band{Lo: m.Static.Band[0], Hi: m.Static.Band[1]}, b)
@@ -108,6 +112,8 @@ func TestStaticTableFormats(t *testing.T) {
 				s := m["static"].(map[string]any)
 				s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = format, 3, 2, []int{sep}
 				s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
+				s["pooling"] = "mean" // every kept piece counts once
+				delete(s, "weights_file")
 			})
 			s, _, err := loadStage(dir)
 			require.NoError(t, err)
@@ -176,4 +182,155 @@ func TestFloat16(t *testing.T) {
 	}
 	require.True(t, math.IsInf(float64(float16to32(0x7c00)), 1))
 	require.True(t, math.IsNaN(float64(float16to32(0x7e00))))
+}
+
+// writePieceWeights writes w as static_piece_weights.bin in dir and points a format-2
+// manifest's static section at it with pooling weighted_mean.
+func writePieceWeights(t *testing.T, dir string, w []float32) {
+	t.Helper()
+	var b []byte
+	for _, v := range w {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "static_piece_weights.bin"), b, 0o644))
+	editManifest(t, dir, func(m map[string]any) {
+		m["format_version"] = 2
+		s := m["static"].(map[string]any)
+		s["pooling"], s["weights_file"], s["weights_sha256"] = "weighted_mean", "static_piece_weights.bin", sha256Hex(b)
+	})
+}
+
+// TestStaticWeightedMean: under weighted_mean each kept piece's row counts by its weight, a
+// piece of weight 0 not at all, and a text of weight-0 pieces only has no vector (the bias
+// and has_context decide it). A plain mean is the same stage with every weight 1.
+func TestStaticWeightedMean(t *testing.T) {
+	// fp32 rows of a 4-piece vocabulary, dim 2; piece 3 is the separator.
+	rows := [][2]float32{{1, 0}, {0, 2}, {-1, 1}, {0, 0}}
+	var table []byte
+	for _, r := range rows {
+		for _, v := range r {
+			table = binary.LittleEndian.AppendUint32(table, math.Float32bits(v))
+		}
+	}
+	head, err := json.Marshal(map[string]any{"features": []string{featStatic, FeatureHasContext}, "weights": []float32{1, -1, 0.5}, "bias": 0.25})
+	require.NoError(t, err)
+	const sep = 3
+	setup := func(t *testing.T) string {
+		dir := copyDir(t, filepath.Join(repo, "models"))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_table.bin"), table, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_head.json"), head, 0o644))
+		editManifest(t, dir, func(m map[string]any) {
+			s := m["static"].(map[string]any)
+			s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = formatFP32, 4, 2, []int{sep}
+			s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
+		})
+		return dir
+	}
+	sigmoid := func(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
+
+	dir := setup(t)
+	writePieceWeights(t, dir, []float32{3, 1, 0, 1})
+	s, shas, err := loadStage(dir)
+	require.NoError(t, err)
+	require.Len(t, shas, 3, "table, head, weights")
+	// Pieces 0 (×3), 1 (×1), 2 (×0): mean (3, 2)/4, unit (3, 2)/√13; one separator.
+	p, err := s.Score([]uint32{0, 1, 2, sep}, sep)
+	require.NoError(t, err)
+	require.InDelta(t, sigmoid(0.25+(3-2)/math.Sqrt(13)), p, 1e-6)
+	p, err = s.Score([]uint32{2, 2, sep, 2, sep}, sep)
+	require.NoError(t, err)
+	require.InDelta(t, sigmoid(0.25+0.5), p, 1e-6, "weight-0 pieces only: bias and has_context")
+
+	plain := setup(t)
+	writePieceWeights(t, plain, []float32{1, 1, 1, 1})
+	sw, _, err := loadStage(plain)
+	require.NoError(t, err)
+	editManifest(t, plain, func(m map[string]any) {
+		m["static"].(map[string]any)["pooling"] = "mean"
+		delete(m["static"].(map[string]any), "weights_file")
+	})
+	sm, _, err := loadStage(plain)
+	require.NoError(t, err)
+	for _, ids := range [][]uint32{{0, 1, 2, sep}, {1, 1, sep}, {2, sep, 0, sep}} {
+		a, err := sw.Score(ids, sep)
+		require.NoError(t, err)
+		b, err := sm.Score(ids, sep)
+		require.NoError(t, err)
+		require.Equal(t, b, a, "weights of 1 are the plain mean: %v", ids)
+	}
+}
+
+// TestManifestFormatVersions: a format-1 manifest (no format_version, plain mean) loads; a
+// format this build does not know, and weighted_mean under format 1, are refused by name.
+func TestManifestFormatVersions(t *testing.T) {
+	dir := copyDir(t, filepath.Join(repo, "models"))
+	editManifest(t, dir, func(m map[string]any) {
+		delete(m, "format_version")
+		s := m["static"].(map[string]any)
+		if s["pooling"] == "weighted_mean" {
+			// The shipped model weighs its pieces; as format 1 it is the same table with a plain mean.
+			s["pooling"] = "mean"
+			delete(s, "weights_file")
+			delete(s, "weights_sha256")
+		}
+	})
+	_, _, err := loadStage(dir)
+	require.NoError(t, err, "a format-1 manifest still loads")
+
+	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 3 })
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "format_version 3")
+	require.ErrorContains(t, err, "formats 1 to 2")
+
+	editManifest(t, dir, func(m map[string]any) {
+		delete(m, "format_version")
+		m["static"].(map[string]any)["pooling"] = "weighted_mean"
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "needs format_version 2")
+}
+
+func TestPieceWeightErrors(t *testing.T) {
+	vocab := func(t *testing.T, dir string) int {
+		m, err := LoadManifest(dir)
+		require.NoError(t, err)
+		return m.Static.Vocab
+	}
+	cases := []struct {
+		name   string
+		mutate func(t *testing.T, dir string)
+		want   []string
+	}{
+		{"no weights file named", func(t *testing.T, dir string) {
+			writePieceWeights(t, dir, make([]float32, vocab(t, dir)))
+			editManifest(t, dir, func(m map[string]any) { delete(m["static"].(map[string]any), "weights_file") })
+		}, []string{"static.weights_file", "required"}},
+		{"wrong size", func(t *testing.T, dir string) {
+			writePieceWeights(t, dir, []float32{1, 2, 3})
+		}, []string{"static piece weights", "12 bytes"}},
+		{"negative weight", func(t *testing.T, dir string) {
+			w := make([]float32, vocab(t, dir))
+			w[7] = -1
+			writePieceWeights(t, dir, w)
+		}, []string{"static piece weights", "weight 7 is -1"}},
+		{"sha mismatch", func(t *testing.T, dir string) {
+			writePieceWeights(t, dir, make([]float32, vocab(t, dir)))
+			editManifest(t, dir, func(m map[string]any) { m["static"].(map[string]any)["weights_sha256"] = "00" })
+		}, []string{"static piece weights", "sha256"}},
+		{"weights under plain mean", func(t *testing.T, dir string) {
+			writePieceWeights(t, dir, make([]float32, vocab(t, dir)))
+			editManifest(t, dir, func(m map[string]any) { m["static"].(map[string]any)["pooling"] = "mean" })
+		}, []string{"static.weights_file", "only read with pooling"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyDir(t, filepath.Join(repo, "models"))
+			tc.mutate(t, dir)
+			_, _, err := loadStage(dir)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
 }

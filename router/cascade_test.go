@@ -2,10 +2,13 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -21,6 +24,8 @@ type stagedModel struct {
 	fakeModel
 	band                             classifier.Band
 	tokenize, static, classifyTokens atomic.Int64
+	// encode, when set, sees the texts of each ClassifyTokens call before they are scored.
+	encode func(texts []string)
 }
 
 const stagedTokenizer = "bytes/0"
@@ -83,6 +88,9 @@ func (m *stagedModel) ClassifyTokens(ctx context.Context, toks []classifier.Toke
 		if texts[i], ok = m.text(t); !ok {
 			return nil, &classifier.TextError{Index: i, Err: classifier.ErrForeignTokens}
 		}
+	}
+	if m.encode != nil {
+		m.encode(texts)
 	}
 	return scoreTexts(texts, m.cutoff), nil
 }
@@ -181,4 +189,74 @@ func TestSharedTierValueRoundTrips(t *testing.T) {
 	nan := cached{pSlow: 2}.encode()
 	_, ok = decodeCached(nan)
 	require.False(t, ok, "P(slow) outside [0, 1]")
+}
+
+func TestBandNarrowsWithTheQueue(t *testing.T) {
+	c := CascadeConfig{Enabled: true, NarrowFrom: 8, NarrowTo: 24}
+	band := classifier.Band{Lo: 0.125, Hi: 0.625} // centre 0.375
+	for _, tc := range []struct {
+		queued int
+		want   classifier.Band
+	}{
+		{0, band}, {8, band},
+		{16, classifier.Band{Lo: 0.25, Hi: 0.5}},
+		{24, classifier.Band{Lo: 0.375, Hi: 0.375}},
+		{1000, classifier.Band{Lo: 0.375, Hi: 0.375}},
+	} {
+		t.Run(strconv.Itoa(tc.queued), func(t *testing.T) {
+			got := c.bandAt(band, tc.queued)
+			require.InDelta(t, tc.want.Lo, got.Lo, 1e-12)
+			require.InDelta(t, tc.want.Hi, got.Hi, 1e-12)
+		})
+	}
+	require.False(t, c.bandAt(band, 24).Decides(0.375), "a collapsed band leaves only its centre to the encoder")
+	require.True(t, c.bandAt(band, 24).Decides(0.38))
+	off := CascadeConfig{Enabled: true}
+	require.Equal(t, band, off.bandAt(band, 1000), "narrow_to 0: the band never narrows")
+
+	for _, bad := range []CascadeConfig{{NarrowFrom: 8, NarrowTo: 8}, {NarrowFrom: -1, NarrowTo: 8}, {NarrowTo: -3}} {
+		require.ErrorContains(t, bad.ValidateAt("cascade"), "cascade.narrow_")
+	}
+	require.NoError(t, DefaultCascadeConfig().ValidateAt("cascade"))
+}
+
+// Under a long encoder queue the first stage decides a text inside the model's band, and
+// that result is not cached: once the queue is gone the same text goes to the encoder.
+func TestCascadeUnderLoadDecidesMoreAndCachesNothingExtra(t *testing.T) {
+	m := newStagedModel()
+	release := make(chan struct{})
+	m.encode = func(texts []string) {
+		for _, tx := range texts {
+			if strings.Contains(tx, "hold") {
+				<-release
+			}
+		}
+	}
+	cfg := testConfig()
+	cfg.Cascade.NarrowFrom, cfg.Cascade.NarrowTo = 0, 4
+	cfg.Batcher.MaxBatch = 1
+	r := startRouter(t, cfg, m)
+	ctx := context.Background()
+
+	// One text holds the encoder; four more queue behind it.
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() { _, _ = r.Preview(ctx, fmt.Sprintf("hold %d s=0.5 p=0.2", i)) })
+	}
+	require.Eventually(t, func() bool { return r.batch.QueueLen() >= 4 }, 10*time.Second, time.Millisecond)
+
+	const text = "inside the band s=0.3 p=0.8"
+	rt, err := r.Preview(ctx, text)
+	require.NoError(t, err)
+	require.Equal(t, classifier.StageStatic, rt.Stage, "band collapsed to its centre: the first stage decides")
+	require.InDelta(t, 0.3, rt.PSlow, 1e-6)
+
+	close(release)
+	wg.Wait()
+	r.WaitCache()
+	rt, err = r.Preview(ctx, text)
+	require.NoError(t, err)
+	require.False(t, rt.Hit, "a decision made only under load is not cached")
+	require.Equal(t, classifier.StageEncoder, rt.Stage)
+	require.InDelta(t, 0.8, rt.PSlow, 1e-6)
 }

@@ -11,8 +11,9 @@
 //  1. looks up model version + text in the result cache (ristretto). A hit is the model's
 //     output only, P(slow) and tokens, never a decision; the version is the loaded model's,
 //     so a reload never serves another model's results;
-//  2. on a miss runs the cascade's first stage and submits the texts it leaves undecided to
-//     the batcher, which runs the current model on batches (identical texts in flight share
+//  2. on a miss runs the cascade's first stage (its band narrowed when the batcher's queue
+//     is long, CascadeConfig.NarrowFrom; such load-only decisions are not cached) and
+//     submits the texts it leaves undecided to the batcher, which runs the current model on batches (identical texts in flight share
 //     one slot); every result a batch computes is cached under the version that produced it
 //     (the cache may drop it), whether or not anyone still waits for it;
 //  3. decides with the decision.Policy under the current load (the slow slots and the

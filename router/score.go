@@ -240,19 +240,25 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 }
 
 // scoreFirstStage runs the first stage on the texts at indexes miss and returns those it
-// leaves to the encoder, their tokens handed over in r.tokens.
+// leaves to the encoder, their tokens handed over in r.tokens. The band narrows with the
+// encoder's queue (CascadeConfig.NarrowFrom); a text decided only because of that is not
+// cached, so the cache holds what the model's own band would answer and an idle gateway
+// does not keep serving decisions made in a rush.
 func (r *Router) scoreFirstStage(cur *loaded, texts []string, miss []int, out []Score, errs []error, lookup time.Duration) []int {
 	left := miss[:0]
+	band := r.cfg.Cascade.bandAt(cur.band, r.batch.QueueLen())
 	for _, i := range miss {
 		t0 := time.Now()
-		res, tok, decided, err := firstStage(cur, texts[i])
+		res, tok, decided, err := firstStage(cur, band, texts[i])
 		took := time.Since(t0)
 		switch {
 		case err != nil:
 			errs[i] = err
 		case decided:
 			r.m.classifications.WithLabelValues(classifier.StageStatic.String()).Inc()
-			r.store(cur.key, texts[i], cached{pSlow: res.PSlow, tokens: res.Tokens, stage: classifier.StageStatic})
+			if cur.band.Decides(res.PSlow) {
+				r.store(cur.key, texts[i], cached{pSlow: res.PSlow, tokens: res.Tokens, stage: classifier.StageStatic})
+			}
 			out[i] = Score{PSlow: res.PSlow, Tokens: res.Tokens, Version: cur.version, Cutoff: cur.cutoff,
 				Stage: classifier.StageStatic, CacheTime: lookup, Static: took}
 		default:

@@ -26,6 +26,10 @@ def main(d):
         failures.append("manifest has no static stage")
     else:
         files += [(s["table_file"], s["table_sha256"]), (s["head_file"], s["head_sha256"])]
+        if s.get("pooling") == "weighted_mean":
+            files.append((s.get("weights_file", ""), s.get("weights_sha256", "")))
+            if m.get("format_version", 1) < 2:
+                failures.append("pooling weighted_mean needs format_version 2")
         lo, hi = s["band"]
         if not (0 <= lo <= hi <= 1):
             failures.append(f"band {s['band']} invalid")

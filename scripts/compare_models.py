@@ -12,8 +12,11 @@ their code path (AVX2, AVX-512, ...) per machine and may sum in another order:
 about 1e-6 relative on the encoder's outputs. So the table is checked within a
 tolerance rather than by sha256: int8 values may differ by one quantisation
 step (a rounding flip) in at most 0.1% of the entries, per-row scales by 1e-4
-relative; float tables by 1e-4 absolute. On top of that: the same band, static
-parity probabilities within 1e-4, static test metrics within 0.5 points.
+relative; float tables by 1e-4 absolute. On top of that: the same band, pooling
+and piece weights (they follow from the vocabulary alone: byte for byte), static
+parity probabilities within 1e-4, static test metrics within 0.5 points, and the
+share decided statically and the agreement with MiniLM on the noisy prompts
+within 2 points (600 texts per set or fewer: one text is 0.17 points).
 """
 import json
 import sys
@@ -39,8 +42,8 @@ def check_static(a, b, failures):
     if sa is None or sb is None:
         failures.append(f"static stage: committed has {'one' if sa else 'none'}, fresh has {'one' if sb else 'none'}")
         return
-    for k in ["table_format", "vocab", "dim", "drop_ids", "features", "band"]:
-        if sa[k] != sb[k]:
+    for k in ["table_format", "vocab", "dim", "drop_ids", "features", "band", "pooling", "weights_sha256"]:
+        if sa.get(k) != sb.get(k):
             failures.append(f"static.{k}: committed {sa[k]}, fresh {sb[k]}")
     if failures:
         return
@@ -73,6 +76,17 @@ def check_static(a, b, failures):
                 failures.append(f"static {model}: {k} committed {ma[model][k]:.4f} vs fresh {mb[model][k]:.4f}")
         print(f"  {model}: accuracy {ma[model]['accuracy']:.4f} / {mb[model]['accuracy']:.4f}, "
               f"static share {ma[model]['static_share_texts']:.3f} / {mb[model]['static_share_texts']:.3f}")
+    na = json.load(open(a / "metrics.json"))["static"].get("noise", {})
+    nb = json.load(open(b / "metrics.json"))["static"].get("noise", {})
+    if set(na) != set(nb):
+        failures.append(f"static noise sets: committed {sorted(na)}, fresh {sorted(nb)}")
+        return
+    for k in na:
+        for m in ["static_share", "agreement"]:
+            if abs(na[k][m] - nb[k][m]) > 0.02:
+                failures.append(f"static noise {k!r}: {m} committed {na[k][m]:.4f} vs fresh {nb[k][m]:.4f}")
+        print(f"  noise {k}: static share {na[k]['static_share']:.3f} / {nb[k]['static_share']:.3f}, "
+              f"agreement {na[k]['agreement']:.4f} / {nb[k]['agreement']:.4f}")
 
 
 def parity(d):
