@@ -36,7 +36,10 @@ type KVEventsConfig struct {
 	PendingTTL Duration `yaml:"pending_ttl" json:"pending_ttl"`
 	// BlockSize is the engines' KV block size in tokens, used for a
 	// replica until its first BlockStored says (vLLM's --block-size; 16 on
-	// GPUs by default). 0: learn it from the events only.
+	// GPUs by default) and its /metrics does not (vLLM's
+	// vllm:cache_config_info, SGLang's sglang:cache_config_info): what the
+	// engine states wins, with a warning in the log when it differs. 0:
+	// learn it from the engines only.
 	BlockSize int `yaml:"block_size" json:"block_size"`
 	// TokenizeTimeout bounds the engine's POST /tokenize that turns a
 	// request into token ids (with the model's chat template); past it the
@@ -100,6 +103,7 @@ type kvRouting struct {
 	cfg   KVEventsConfig
 	subs  map[string]*kvevents.Subscriber // replica ID → its subscriber
 	order []*replica                      // the replicas with events, for /tokenize
+	byID  map[string]*replica             // the same, by ID
 	next  atomic.Uint64
 	cache *tokenCache
 
@@ -111,7 +115,7 @@ type kvRouting struct {
 // stays nil otherwise, and nothing changes for the pool.
 func (p *Pool) initKV(reg prometheus.Registerer) error {
 	cfg := p.cfg.KVEvents
-	kv := &kvRouting{cfg: cfg, subs: map[string]*kvevents.Subscriber{}}
+	kv := &kvRouting{cfg: cfg, subs: map[string]*kvevents.Subscriber{}, byID: map[string]*replica{}}
 	for i, rc := range p.cfg.Replicas {
 		if rc.KVEvents == nil {
 			continue
@@ -124,6 +128,7 @@ func (p *Pool) initKV(reg prometheus.Registerer) error {
 		}
 		kv.subs[r.id] = s
 		kv.order = append(kv.order, r)
+		kv.byID[r.id] = r
 	}
 	if len(kv.subs) == 0 {
 		return nil
@@ -211,7 +216,7 @@ func (p *Pool) expectBlocks(req *policy.Request, r *replica) {
 	// One set of keys, the one the replica holds more of (the base model's
 	// on a tie): pending keys of the other set would make the replica look
 	// warm for requests it has never seen.
-	keys, adapter := v.keysFor(v.blockSize(s))
+	keys, adapter := v.keysFor(v.blockSize(r.id, s))
 	if len(adapter) > 0 && s.Leading(adapter) > s.Leading(keys) {
 		keys = adapter
 	}
@@ -247,7 +252,7 @@ func (v *kvView) Cached(id string) (float64, bool) {
 	if s == nil || !s.Live() {
 		return 0, false
 	}
-	bs := v.blockSize(s)
+	bs := v.blockSize(id, s)
 	if bs == 0 || len(v.tokens) == 0 {
 		s.NoteFallback()
 		return 0, false
@@ -260,21 +265,48 @@ func (v *kvView) Cached(id string) (float64, bool) {
 	return float64(n*bs) / float64(len(v.tokens)), true
 }
 
-// blockSize is the replica's block size: as its events said, else as
-// another replica's said (a pool serves one model, so one block size; this
-// lets a replica that has stored nothing since the gateway subscribed be
-// scored as holding nothing rather than guessed), else the configured one.
-// 0: unknown.
-func (v *kvView) blockSize(s *kvevents.Subscriber) int {
+// blockSize is replica id's block size: as its events said, else as its
+// /metrics states (vllm:cache_config_info), else as another replica's events
+// or /metrics said (a pool serves one model, so one block size; this lets a
+// replica that has stored nothing since the gateway subscribed be scored as
+// holding nothing rather than guessed), else the configured one. 0:
+// unknown.
+func (v *kvView) blockSize(id string, s *kvevents.Subscriber) int {
 	if bs := s.BlockSize(); bs > 0 {
 		return bs
 	}
-	for _, o := range v.kv.subs {
+	if bs := v.kv.statedBlockSize(id); bs > 0 {
+		return bs
+	}
+	for oid, o := range v.kv.subs {
 		if bs := o.BlockSize(); bs > 0 {
+			return bs
+		}
+		if bs := v.kv.statedBlockSize(oid); bs > 0 {
 			return bs
 		}
 	}
 	return v.kv.cfg.BlockSize
+}
+
+// statedBlockSize is the block size replica id's /metrics stated at its
+// latest successful scrape; 0 when it stated none.
+func (kv *kvRouting) statedBlockSize(id string) int {
+	if r := kv.byID[id]; r != nil {
+		if l := r.load.Load(); l != nil {
+			return l.blockSize
+		}
+	}
+	return 0
+}
+
+// kvSubscriber returns replica id's KV-event subscriber; nil when it has
+// none.
+func (p *Pool) kvSubscriber(id string) *kvevents.Subscriber {
+	if p.kv == nil {
+		return nil
+	}
+	return p.kv.subs[id]
 }
 
 // keysFor returns the request's keys as the base model and as an adapter.
