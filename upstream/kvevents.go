@@ -121,8 +121,11 @@ func (p *Pool) initKV(reg prometheus.Registerer) error {
 			continue
 		}
 		r := p.replicas[i]
-		s, err := kvevents.NewSubscriber(p.cfg.Name, r.id, *rc.KVEvents, cfg.Limits,
-			kvevents.Options{StaleAfter: cfg.StaleAfter.Std(), PendingTTL: cfg.PendingTTL.Std(), Now: p.now}, reg, p.log)
+		opts := kvevents.Options{StaleAfter: cfg.StaleAfter.Std(), PendingTTL: cfg.PendingTTL.Std(), Now: p.now}
+		if rc.KVEvents.Endpoint == "" {
+			opts.Discover = p.kvEventSources(r)
+		}
+		s, err := kvevents.NewSubscriber(p.cfg.Name, r.id, *rc.KVEvents, cfg.Limits, opts, reg, p.log)
 		if err != nil {
 			return fmt.Errorf("replicas[%d].kv_events: %w", i, err)
 		}
@@ -156,6 +159,46 @@ func (p *Pool) initKV(reg prometheus.Registerer) error {
 	}
 	p.kv = kv
 	return nil
+}
+
+// Bounds on asking an engine where it publishes its KV events.
+const (
+	kvSourcesTimeout = 5 * time.Second
+	maxKVSourcesBody = 1 << 20
+)
+
+// kvEventSources returns the discovery of replica r's KV-event endpoint: GET
+// /kv_event_sources on the replica (vLLM), with the replica's headers, its
+// answer read by kvevents.ParseSources with wildcard hosts replaced by the
+// replica's host.
+func (p *Pool) kvEventSources(r *replica) func(context.Context) (kvevents.Config, error) {
+	return func(ctx context.Context) (kvevents.Config, error) {
+		ctx, cancel := context.WithTimeout(ctx, kvSourcesTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.endpoint(kvevents.SourcesPath), nil)
+		if err != nil {
+			return kvevents.Config{}, err
+		}
+		for k, v := range r.headers {
+			req.Header[k] = []string{v}
+		}
+		resp, err := p.transport.RoundTrip(req)
+		if err != nil {
+			return kvevents.Config{}, fmt.Errorf("GET %s: %w", kvevents.SourcesPath, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxKVSourcesBody))
+		switch {
+		case err != nil:
+			return kvevents.Config{}, fmt.Errorf("GET %s: %w", kvevents.SourcesPath, err)
+		case resp.StatusCode == http.StatusNotFound:
+			return kvevents.Config{}, fmt.Errorf("GET %s: 404: the engine does not say where it publishes "+
+				"(vLLM 0.32 serves it, SGLang, llama.cpp and TGI do not): set kv_events.endpoint", kvevents.SourcesPath)
+		case resp.StatusCode != http.StatusOK:
+			return kvevents.Config{}, fmt.Errorf("GET %s: status %d", kvevents.SourcesPath, resp.StatusCode)
+		}
+		return kvevents.ParseSources(body, r.base.Hostname())
+	}
 }
 
 // runKV runs every subscriber until ctx ends.
