@@ -5,6 +5,8 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream/kvevents"
 	"github.com/triage-gw/triage/upstream/policy"
 )
@@ -226,4 +229,45 @@ func TestEngineConfigErrorsNameTheReplica(t *testing.T) {
 
 	cfg.Engine, cfg.Replicas[1].Engine = "", EngineSGLang
 	require.NoError(t, cfg.Validate(), "empty means auto")
+}
+
+// When a replica's events carry another block size than its /metrics
+// states, the events' is used and the mismatch logged once.
+func TestBlockSizeEventsAgainstMetrics(t *testing.T) {
+	sv := newEventSim(t, "a") // its events carry blocks of 4 tokens (16 bytes, 4 a token)
+	simURL, err := url.Parse(sv.url)
+	require.NoError(t, err)
+	front := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			_, _ = w.Write([]byte(readFixture(t, EngineVLLM))) // states block_size 32
+			return
+		}
+		httputil.NewSingleHostReverseProxy(simURL).ServeHTTP(w, r)
+	})
+	cfg := testConfig(front.URL)
+	cfg.ScrapeInterval = Duration(time.Hour) // one scrape at Run's start, the rest by hand
+	cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: sv.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	p, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	f := &poolFixture{pool: p, reg: reg}
+	waitKV(t, "the first scrape and the stream", func() bool {
+		sv.srv.ClearCache()
+		return !p.Replicas()[0].ScrapedAt.IsZero() && kvSeries(t, f, "batches_total", "r0") > 0
+	})
+	sv.warm(t, strings.Repeat("Blocks of four tokens. ", 8))
+	waitKV(t, "the events' block size", func() bool { return p.kv.subs["r0"].BlockSize() > 0 })
+
+	v := &kvView{kv: p.kv}
+	require.Equal(t, 4, v.blockSize("r0", p.kv.subs["r0"]), "the events' size over the stated one")
+	const msg = "replica's KV events and its /metrics state different block sizes"
+	p.scrapeOnce(ctx)
+	require.Contains(t, logs.String(), "events_block_size=4 metrics_block_size=32")
+	p.scrapeOnce(ctx)
+	require.Equal(t, 1, strings.Count(logs.String(), msg), "logged once")
 }

@@ -76,7 +76,10 @@ type replicaLoad struct {
 	kv        float64
 	kvOK      bool // the engine exports a KV-cache usage; false: kv is unknown
 	blockSize int  // the engine's KV block size in tokens, from its cache-config gauge; 0: not stated
-	scrapedAt time.Time
+	// eventsBlockSize is the block size the replica's KV events carried at
+	// this scrape (0: none yet, or no events), to log a mismatch once.
+	eventsBlockSize int
+	scrapedAt       time.Time
 
 	// As scraped, for the next scrape's derive.
 	promptTokens, generationTokens cumulative

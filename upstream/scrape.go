@@ -46,6 +46,9 @@ func (p *Pool) scrapeOnce(ctx context.Context) {
 				prev := r.load.Load() // only this goroutine stores r.load
 				l.scrapedAt = now
 				l.derive(prev)
+				if s := p.kvSubscriber(r.id); s != nil {
+					l.eventsBlockSize = s.BlockSize()
+				}
 				r.load.Store(l)
 				r.metrics.scraped(l)
 				p.noteEngine(r, prev, l)
@@ -60,25 +63,25 @@ func (p *Pool) scrapeOnce(ctx context.Context) {
 
 // noteEngine logs what changed in a replica's engine since its previous
 // scrape: the engine its /metrics was read as, and the block size it
-// states, which is checked against what the pool's KV-event routing uses.
-// Each is logged when it changes, not at every scrape.
+// states, which is checked against what the pool's KV-event routing uses
+// (the configured size, and the size the replica's events carry). Each is
+// logged when it changes, not at every scrape.
 func (p *Pool) noteEngine(r *replica, prev, l *replicaLoad) {
 	if prev == nil || prev.engine != l.engine {
 		p.log.Info("replica metrics read", "replica", r.id, "engine", l.engine, "setting", r.engineSetting(),
 			"kv_cache_usage", l.kvOK)
 	}
-	if l.blockSize == 0 || (prev != nil && prev.blockSize == l.blockSize) {
+	if l.blockSize == 0 || p.kv == nil {
 		return
 	}
-	if bs := p.cfg.KVEvents.BlockSize; p.kv != nil && bs > 0 && bs != l.blockSize {
+	if bs := p.cfg.KVEvents.BlockSize; bs > 0 && bs != l.blockSize && (prev == nil || prev.blockSize != l.blockSize) {
 		p.log.Warn("replica's engine states another KV block size than kv_events.block_size; using the engine's",
 			"replica", r.id, "engine_block_size", l.blockSize, "configured_block_size", bs)
 	}
-	if s := p.kvSubscriber(r.id); s != nil {
-		if bs := s.BlockSize(); bs > 0 && bs != l.blockSize {
-			p.log.Warn("replica's KV events and its /metrics state different block sizes; using the events'",
-				"replica", r.id, "events_block_size", bs, "metrics_block_size", l.blockSize)
-		}
+	if bs := l.eventsBlockSize; bs > 0 && bs != l.blockSize &&
+		(prev == nil || prev.blockSize != l.blockSize || prev.eventsBlockSize != bs) {
+		p.log.Warn("replica's KV events and its /metrics state different block sizes; using the events'",
+			"replica", r.id, "events_block_size", bs, "metrics_block_size", l.blockSize)
 	}
 }
 
