@@ -6,6 +6,7 @@ engine-core child), pinned to one core with VLLM_CPU_OMP_THREADS_BIND, with a sm
 that a few concurrent requests move vllm:kv_cache_usage_perc. Nothing is skipped when the engine
 is missing: start() fails with the reason and the log's tail.
 """
+import json
 import os
 import signal
 import socket
@@ -27,6 +28,10 @@ SERVED_NAME = "tiny-llama"
 BLOCK_SIZE = 32
 BLOCKS = 512
 MAX_MODEL_LEN = 4096
+# KV-cache events on a port each engine picks (tcp://*:0 binds VLLM_HOST_IP, 127.0.0.1 here, on a
+# free port), which only GET /kv_event_sources tells: the gateway's endpoint discovery is tested
+# against it. Nobody subscribed, vLLM drops them.
+KV_EVENTS = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:0", "topic": "kv-events"}
 # From a warm page cache an engine answers /health after about 40 s on this 2-core machine;
 # a cold first start (imports read from disk, torch's first init) takes longer.
 START_TIMEOUT = 420.0
@@ -62,6 +67,7 @@ class Engine:
             "--gpu-memory-utilization", "0.1",
             "--enable-prefix-caching", "--enable-prompt-tokens-details",
             "--generation-config", "vllm",  # sampling defaults from the request alone
+            "--kv-events-config", json.dumps(KV_EVENTS),
         ]
 
     def environment(self):

@@ -12,6 +12,8 @@ Checked here, against what the engines themselves report:
 - an engine's 4xx reaches the client with its status and message and ejects nothing;
 - the load signals the gateway scrapes (and its least-kv-cache policy reads) follow the
   engines' /metrics under concurrent load;
+- replicas with `kv_events: {}` find the engines' KV-event endpoints through GET
+  /kv_event_sources and index the blocks the engines report;
 - an engine killed mid-run costs no request that had not started streaming.
 """
 import os
@@ -42,10 +44,10 @@ EXACT = {"ignore_eos": True, "temperature": 0}
 class VLLMGateway:
     """bin/triage with both pools on the given engines and the given policy, decisions traced."""
 
-    def __init__(self, engines, policy="least-kv-cache", pool_yaml=""):
+    def __init__(self, engines, policy="least-kv-cache", pool_yaml="", replica_yaml=""):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        replicas = "".join(f"\n      - url: {e.url}\n        id: {e.name}" for e in engines)
+        replicas = "".join(f"\n      - url: {e.url}\n        id: {e.name}{replica_yaml}" for e in engines)
 
         def pool(name):
             i, o = PRICES[name]
@@ -388,6 +390,33 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
 # may have run it: docs/configuration.md, "Retries"); an engine killed mid-request has delivered
 # nothing, and an operator who knows that opts into retrying it, as the kill test does.
 RETRY_RESETS = "\n    retry: {on: [dial_error, reset_before_write, reset_before_headers, status_429, status_503_retry_after]}"
+
+
+def test_kv_events_endpoint_discovered(engines):
+    """Replicas with `kv_events: {}` are subscribed where each engine says it publishes (GET
+    /kv_event_sources; the engines bound tcp://*:0, a port no configuration names), and the blocks
+    the engines store reach the gateway's index."""
+    gw = VLLMGateway(engines, policy="prefix-cache", replica_yaml="\n        kv_events: {}",
+                     pool_yaml="\n    kv_events: {tokenize_timeout: 5s}")  # a busy core answers /tokenize late
+    try:
+        deadline = time.monotonic() + 30
+        while set(gw.values("triage_upstream_kv_events_connected").values()) != {1.0}:
+            assert time.monotonic() < deadline, f"not every stream up: {gw.values('triage_upstream_kv_events_connected')}"
+            time.sleep(0.2)
+        assert len(gw.values("triage_upstream_kv_events_connected")) == 4, "both pools, both engines"
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        prompt = "Answer in one word. " + " ".join(["harbour lighthouse keeper"] * 30)
+        for _ in range(2):
+            client.completions.create(model="auto", prompt=prompt, max_tokens=4, extra_body=EXACT)
+        while max(gw.values("triage_upstream_kv_events_index_blocks").values()) < 3:
+            assert time.monotonic() < deadline + 30, f"no blocks indexed: {gw.values('triage_upstream_kv_events_index_blocks')}"
+            time.sleep(0.2)
+        assert gw.total("triage_upstream_tokenize_total", result="ok") >= 1
+        log = open(gw.log.name, errors="replace").read()
+        assert log.count("kv events endpoint discovered") == 4, log[-2000:]
+        assert "tcp://127.0.0.1:" in log
+    finally:
+        gw.stop()
 
 
 @pytest.fixture

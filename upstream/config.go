@@ -66,6 +66,12 @@ type PoolConfig struct {
 	// streams are then counted in triage_upstream_unmetered_total. Default
 	// true.
 	AskStreamUsage bool `yaml:"ask_stream_usage" json:"ask_stream_usage"`
+	// Engine is the inference engine the replicas run, which says the names
+	// of the /metrics families the scraper reads: "vllm", "sglang",
+	// "llamacpp" (llama-server --metrics) or "tgi"; "auto" (the default, also
+	// when empty) reads each scrape with the one engine whose load gauges it
+	// holds. A replica's own Engine overrides it. See docs/engines.md.
+	Engine string `yaml:"engine" json:"engine"`
 	// KVEvents is how the pool routes on its replicas' KV-cache events
 	// (those replicas with kv_events); see KVEventsConfig.
 	KVEvents KVEventsConfig `yaml:"kv_events" json:"kv_events"`
@@ -99,6 +105,9 @@ type ReplicaConfig struct {
 	// --kv-events-config), so the prefix-aware policies score it by what
 	// its engine reports holding instead of guessing. Nil: no events.
 	KVEvents *kvevents.Config `yaml:"kv_events,omitempty" json:"kv_events,omitempty"`
+	// Engine overrides the pool's Engine for this replica. Empty: the
+	// pool's.
+	Engine string `yaml:"engine" json:"engine"`
 	// Role is the replica's part in a disaggregated pool: "prefill" (takes
 	// only prefill legs), "decode" (decode legs and whole requests) or "both"
 	// (the same as decode; a replica of a pool that is not disaggregated).
@@ -187,6 +196,7 @@ func DefaultPoolConfig() PoolConfig {
 			Cooldown:            Duration(10 * time.Second),
 		},
 		ScrapeInterval: Duration(2 * time.Second),
+		Engine:         EngineAuto,
 		AskStreamUsage: true,
 		KVEvents:       DefaultKVEventsConfig(),
 		APIs:           DefaultAPIs(),
@@ -242,6 +252,9 @@ func (c *PoolConfig) ValidateAt(path string) error {
 				bad(field+".headers", "%v", err)
 			}
 		}
+		if !validEngine(r.Engine) {
+			bad(field+".engine", "replica %q: unknown engine %q (want %s, or empty for the pool's)", id, r.Engine, engineChoices())
+		}
 		if r.KVEvents != nil {
 			errs = append(errs, r.KVEvents.ValidateAt(path+"."+field+".kv_events"))
 		}
@@ -281,6 +294,9 @@ func (c *PoolConfig) ValidateAt(path string) error {
 		bad("passive_ejection.slow_first_byte", "must be below timeouts.first_byte (%s), got %s", c.Timeouts.FirstByte, pe.SlowFirstByte)
 	}
 
+	if !validEngine(c.Engine) {
+		bad("engine", "unknown engine %q (want %s)", c.Engine, engineChoices())
+	}
 	if c.ScrapeInterval < 0 {
 		bad("scrape_interval", "must be >= 0 (0 disables scraping), got %s", c.ScrapeInterval)
 	}

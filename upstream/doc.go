@@ -20,12 +20,14 @@
 //
 // Signals: a replica's in-flight count is router-local and exact. Queue
 // depth, running batch and KV-cache utilisation are scraped from the
-// replica's Prometheus /metrics (vLLM gauge names) every ScrapeInterval and
-// are stale by up to that interval; after three intervals without a
-// successful scrape the candidate is marked not Fresh, its last values kept.
-// Token rates and mean TTFT and time per output token are derived from
-// vLLM's counters and histograms by comparing each scrape with the
-// previous successful one (see derive).
+// replica's Prometheus /metrics every ScrapeInterval, under the names of
+// the replica's engine (vLLM, SGLang, llama.cpp or TGI, set or detected:
+// engine.go), and are stale by up to that interval; after three intervals
+// without a successful scrape the candidate is marked not Fresh, its last
+// values kept. An engine without a KV-cache gauge leaves the candidate's
+// KVUnknown set. Token rates and mean TTFT and time per output token are
+// derived from the engine's counters and histograms by comparing each
+// scrape with the previous successful one (see derive).
 //
 // KV-cache events: a replica with kv_events (vLLM's --kv-events-config)
 // has a kvevents.Subscriber that keeps an index of the blocks its engine

@@ -36,7 +36,10 @@ type KVEventsConfig struct {
 	PendingTTL Duration `yaml:"pending_ttl" json:"pending_ttl"`
 	// BlockSize is the engines' KV block size in tokens, used for a
 	// replica until its first BlockStored says (vLLM's --block-size; 16 on
-	// GPUs by default). 0: learn it from the events only.
+	// GPUs by default) and its /metrics does not (vLLM's
+	// vllm:cache_config_info, SGLang's sglang:cache_config_info): what the
+	// engine states wins, with a warning in the log when it differs. 0:
+	// learn it from the engines only.
 	BlockSize int `yaml:"block_size" json:"block_size"`
 	// TokenizeTimeout bounds the engine's POST /tokenize that turns a
 	// request into token ids (with the model's chat template); past it the
@@ -100,6 +103,7 @@ type kvRouting struct {
 	cfg   KVEventsConfig
 	subs  map[string]*kvevents.Subscriber // replica ID → its subscriber
 	order []*replica                      // the replicas with events, for /tokenize
+	byID  map[string]*replica             // the same, by ID
 	next  atomic.Uint64
 	cache *tokenCache
 
@@ -111,19 +115,23 @@ type kvRouting struct {
 // stays nil otherwise, and nothing changes for the pool.
 func (p *Pool) initKV(reg prometheus.Registerer) error {
 	cfg := p.cfg.KVEvents
-	kv := &kvRouting{cfg: cfg, subs: map[string]*kvevents.Subscriber{}}
+	kv := &kvRouting{cfg: cfg, subs: map[string]*kvevents.Subscriber{}, byID: map[string]*replica{}}
 	for i, rc := range p.cfg.Replicas {
 		if rc.KVEvents == nil {
 			continue
 		}
 		r := p.replicas[i]
-		s, err := kvevents.NewSubscriber(p.cfg.Name, r.id, *rc.KVEvents, cfg.Limits,
-			kvevents.Options{StaleAfter: cfg.StaleAfter.Std(), PendingTTL: cfg.PendingTTL.Std(), Now: p.now}, reg, p.log)
+		opts := kvevents.Options{StaleAfter: cfg.StaleAfter.Std(), PendingTTL: cfg.PendingTTL.Std(), Now: p.now}
+		if rc.KVEvents.Endpoint == "" {
+			opts.Discover = p.kvEventSources(r)
+		}
+		s, err := kvevents.NewSubscriber(p.cfg.Name, r.id, *rc.KVEvents, cfg.Limits, opts, reg, p.log)
 		if err != nil {
 			return fmt.Errorf("replicas[%d].kv_events: %w", i, err)
 		}
 		kv.subs[r.id] = s
 		kv.order = append(kv.order, r)
+		kv.byID[r.id] = r
 	}
 	if len(kv.subs) == 0 {
 		return nil
@@ -151,6 +159,46 @@ func (p *Pool) initKV(reg prometheus.Registerer) error {
 	}
 	p.kv = kv
 	return nil
+}
+
+// Bounds on asking an engine where it publishes its KV events.
+const (
+	kvSourcesTimeout = 5 * time.Second
+	maxKVSourcesBody = 1 << 20
+)
+
+// kvEventSources returns the discovery of replica r's KV-event endpoint: GET
+// /kv_event_sources on the replica (vLLM), with the replica's headers, its
+// answer read by kvevents.ParseSources with wildcard hosts replaced by the
+// replica's host.
+func (p *Pool) kvEventSources(r *replica) func(context.Context) (kvevents.Config, error) {
+	return func(ctx context.Context) (kvevents.Config, error) {
+		ctx, cancel := context.WithTimeout(ctx, kvSourcesTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.endpoint(kvevents.SourcesPath), nil)
+		if err != nil {
+			return kvevents.Config{}, err
+		}
+		for k, v := range r.headers {
+			req.Header[k] = []string{v}
+		}
+		resp, err := p.transport.RoundTrip(req)
+		if err != nil {
+			return kvevents.Config{}, fmt.Errorf("GET %s: %w", kvevents.SourcesPath, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxKVSourcesBody))
+		switch {
+		case err != nil:
+			return kvevents.Config{}, fmt.Errorf("GET %s: %w", kvevents.SourcesPath, err)
+		case resp.StatusCode == http.StatusNotFound:
+			return kvevents.Config{}, fmt.Errorf("GET %s: 404: the engine does not say where it publishes "+
+				"(vLLM 0.32 serves it, SGLang, llama.cpp and TGI do not): set kv_events.endpoint", kvevents.SourcesPath)
+		case resp.StatusCode != http.StatusOK:
+			return kvevents.Config{}, fmt.Errorf("GET %s: status %d", kvevents.SourcesPath, resp.StatusCode)
+		}
+		return kvevents.ParseSources(body, r.base.Hostname())
+	}
 }
 
 // runKV runs every subscriber until ctx ends.
@@ -211,7 +259,7 @@ func (p *Pool) expectBlocks(req *policy.Request, r *replica) {
 	// One set of keys, the one the replica holds more of (the base model's
 	// on a tie): pending keys of the other set would make the replica look
 	// warm for requests it has never seen.
-	keys, adapter := v.keysFor(v.blockSize(s))
+	keys, adapter := v.keysFor(v.blockSize(r.id, s))
 	if len(adapter) > 0 && s.Leading(adapter) > s.Leading(keys) {
 		keys = adapter
 	}
@@ -247,7 +295,7 @@ func (v *kvView) Cached(id string) (float64, bool) {
 	if s == nil || !s.Live() {
 		return 0, false
 	}
-	bs := v.blockSize(s)
+	bs := v.blockSize(id, s)
 	if bs == 0 || len(v.tokens) == 0 {
 		s.NoteFallback()
 		return 0, false
@@ -260,21 +308,48 @@ func (v *kvView) Cached(id string) (float64, bool) {
 	return float64(n*bs) / float64(len(v.tokens)), true
 }
 
-// blockSize is the replica's block size: as its events said, else as
-// another replica's said (a pool serves one model, so one block size; this
-// lets a replica that has stored nothing since the gateway subscribed be
-// scored as holding nothing rather than guessed), else the configured one.
-// 0: unknown.
-func (v *kvView) blockSize(s *kvevents.Subscriber) int {
+// blockSize is replica id's block size: as its events said, else as its
+// /metrics states (vllm:cache_config_info), else as another replica's events
+// or /metrics said (a pool serves one model, so one block size; this lets a
+// replica that has stored nothing since the gateway subscribed be scored as
+// holding nothing rather than guessed), else the configured one. 0:
+// unknown.
+func (v *kvView) blockSize(id string, s *kvevents.Subscriber) int {
 	if bs := s.BlockSize(); bs > 0 {
 		return bs
 	}
-	for _, o := range v.kv.subs {
+	if bs := v.kv.statedBlockSize(id); bs > 0 {
+		return bs
+	}
+	for oid, o := range v.kv.subs {
 		if bs := o.BlockSize(); bs > 0 {
+			return bs
+		}
+		if bs := v.kv.statedBlockSize(oid); bs > 0 {
 			return bs
 		}
 	}
 	return v.kv.cfg.BlockSize
+}
+
+// statedBlockSize is the block size replica id's /metrics stated at its
+// latest successful scrape; 0 when it stated none.
+func (kv *kvRouting) statedBlockSize(id string) int {
+	if r := kv.byID[id]; r != nil {
+		if l := r.load.Load(); l != nil {
+			return l.blockSize
+		}
+	}
+	return 0
+}
+
+// kvSubscriber returns replica id's KV-event subscriber; nil when it has
+// none.
+func (p *Pool) kvSubscriber(id string) *kvevents.Subscriber {
+	if p.kv == nil {
+		return nil
+	}
+	return p.kv.subs[id]
 }
 
 // keysFor returns the request's keys as the base model and as an adapter.

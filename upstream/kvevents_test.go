@@ -3,13 +3,19 @@ package upstream
 import (
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/triage-gw/triage/sim"
 	"github.com/triage-gw/triage/upstream/kvevents"
@@ -129,6 +135,73 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	require.Equal(t, float64(1), sumSeries(t, f, "triage_upstream_tokenize_total", map[string]string{"result": "ok"}))
 	require.Equal(t, float64(7), sumSeries(t, f, "triage_upstream_tokenize_total", map[string]string{"result": "cached"}),
 		"the same prompt is tokenized once")
+}
+
+// A replica with kv_events but no endpoint is asked where its engine
+// publishes (GET /kv_event_sources, answered here in vLLM 0.32's shape with
+// the simulator's port behind "*"), with the replica's headers, and its
+// events are followed from there.
+func TestKVEventsEndpointDiscovered(t *testing.T) {
+	sv := newEventSim(t, "a")
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(sv.srv.KVEventsEndpoint(), "tcp://"))
+	require.NoError(t, err)
+	simURL, err := url.Parse(sv.url)
+	require.NoError(t, err)
+	asked := make(chan string, 16)
+	front := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/kv_event_sources" {
+			httputil.NewSingleHostReverseProxy(simURL).ServeHTTP(w, r)
+			return
+		}
+		asked <- r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"0":{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:`+port+
+			`","replay_endpoint":null,"buffer_steps":10000,"hwm":100000,"max_queue_size":100000,"topic":"`+sim.KVEventsTopic+`"}}`)
+	})
+	cfg := testConfig(front.URL)
+	cfg.Policy.Name = "prefix-cache"
+	cfg.Replicas[0].Headers = map[string]string{"Authorization": "Bearer k"}
+	cfg.Replicas[0].KVEvents = &kvevents.Config{}
+	f := newFixture(t, cfg, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.pool.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	require.Equal(t, "Bearer k", <-asked)
+	waitKV(t, "the discovered stream", func() bool {
+		sv.srv.ClearCache()
+		return kvSeries(t, f, "batches_total", "r0") > 0
+	})
+	prompt := strings.Repeat("You are a careful assistant. ", 12)
+	sv.warm(t, prompt)
+	waitKV(t, "the blocks", func() bool { return kvSeries(t, f, "index_blocks", "r0") == 21 })
+}
+
+// An engine that does not serve /kv_event_sources leaves the replica on the
+// guess, and the pool keeps serving.
+func TestKVEventsDiscoveryNotServed(t *testing.T) {
+	var logs syncBuffer
+	var asked atomic.Int32
+	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/kv_event_sources" {
+			asked.Add(1)
+		}
+		http.NotFound(w, r)
+	})
+	cfg := testConfig(srv.URL)
+	cfg.Replicas[0].KVEvents = &kvevents.Config{}
+	p, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	_, err = p.kvEventSources(p.replicas[0])(context.Background())
+	require.ErrorContains(t, err, "GET /kv_event_sources: 404: the engine does not say where it publishes")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	waitKV(t, "three more tries", func() bool { return asked.Load() >= 4 }) // 0.1 s, 0.2 s, 0.4 s apart
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, 1, strings.Count(logs.String(), "kv events endpoint not discovered"), "logged once while the error stays the same")
 }
 
 func sumSeries(t *testing.T, f *poolFixture, name string, want map[string]string) float64 {

@@ -146,15 +146,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		// scrape leaves them as they were, like the policy's view (see scrapeOnce).
 		scrapedWaiting: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "triage_upstream_scraped_waiting_requests",
-			Help: "Requests waiting in the replica's queue (vllm:num_requests_waiting), as of its latest successful scrape.",
+			Help: "Requests waiting in the replica's queue (vllm:num_requests_waiting or the engine's equivalent), as of its latest successful scrape.",
 		}, []string{"pool", "replica"})),
 		scrapedRunning: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "triage_upstream_scraped_running_requests",
-			Help: "Requests the replica is running (vllm:num_requests_running), as of its latest successful scrape.",
+			Help: "Requests the replica is running (vllm:num_requests_running or the engine's equivalent), as of its latest successful scrape.",
 		}, []string{"pool", "replica"})),
 		scrapedKV: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "triage_upstream_scraped_kv_cache_usage_ratio",
-			Help: "Fraction of the replica's KV cache in use, 0..1 (vllm:kv_cache_usage_perc), as of its latest successful scrape.",
+			Help: "Fraction of the replica's KV cache in use, 0..1 (vllm:kv_cache_usage_perc or the engine's equivalent), as of its latest successful scrape. Absent for engines that export none.",
 		}, []string{"pool", "replica"})),
 		scrapeAge: registerOrReuse(reg, &errs, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "triage_upstream_scrape_age_seconds",
@@ -162,7 +162,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"pool", "replica"})),
 		scrapeFailures: registerOrReuse(reg, &errs, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "triage_upstream_scrape_failures_total",
-			Help: "Failed scrapes of the replica's /metrics: no answer, a non-2xx status, or a body without vLLM's load gauges.",
+			Help: "Failed scrapes of the replica's /metrics: no answer, a non-2xx status, or a body without the engine's load gauges.",
 		}, []string{"pool", "replica"})),
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -208,18 +208,28 @@ type replicaMetrics struct {
 	waiting, running, kv, scrapeAge prometheus.Gauge
 }
 
-// scraped publishes a successful scrape's load signals.
-func (rm *replicaMetrics) scraped(waiting, running int, kv float64) {
+// scraped publishes a successful scrape's load signals. An engine without a
+// KV-cache gauge has no KV series (it is unknown, not 0); one that stops
+// exporting it loses the series.
+func (rm *replicaMetrics) scraped(l *replicaLoad) {
+	pool, replica := rm.labels[0], rm.labels[1]
 	if rm.waiting == nil {
-		pool, replica := rm.labels[0], rm.labels[1]
 		rm.waiting = rm.m.scrapedWaiting.WithLabelValues(pool, replica)
 		rm.running = rm.m.scrapedRunning.WithLabelValues(pool, replica)
-		rm.kv = rm.m.scrapedKV.WithLabelValues(pool, replica)
 		rm.scrapeAge = rm.m.scrapeAge.WithLabelValues(pool, replica)
 	}
-	rm.waiting.Set(float64(waiting))
-	rm.running.Set(float64(running))
-	rm.kv.Set(kv)
+	rm.waiting.Set(float64(l.waiting))
+	rm.running.Set(float64(l.running))
+	switch {
+	case l.kvOK && rm.kv == nil:
+		rm.kv = rm.m.scrapedKV.WithLabelValues(pool, replica)
+	case !l.kvOK && rm.kv != nil:
+		rm.m.scrapedKV.DeleteLabelValues(pool, replica)
+		rm.kv = nil
+	}
+	if rm.kv != nil {
+		rm.kv.Set(l.kv)
+	}
 }
 
 // scrapeAged sets the age of the latest successful scrape; a no-op before the first.

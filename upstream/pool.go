@@ -190,7 +190,7 @@ func New(cfg PoolConfig, opts Options) (*Pool, error) {
 		}
 	}
 	for i, rc := range cfg.Replicas {
-		r := newReplica(replicaID(cfg.Name, i, rc), rc, cfg.Model)
+		r := newReplica(replicaID(cfg.Name, i, rc), rc, cfg.Model, cfg.Engine)
 		r.metrics = m.forReplica(cfg.Name, r.id)
 		p.replicas = append(p.replicas, r)
 		p.byID[r.id] = r

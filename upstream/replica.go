@@ -52,6 +52,12 @@ type ReplicaStatus struct {
 	KVUtilization float64   `json:"kv_utilization"`
 	Fresh         bool      `json:"fresh"`
 	ScrapedAt     time.Time `json:"scraped_at,omitzero"`
+	// Engine is the engine whose metric names the latest scrape was read
+	// with (vllm, sglang, llamacpp or tgi); empty before any.
+	Engine string `json:"engine,omitempty"`
+	// KVKnown is false when the engine exports no KV-cache usage: then
+	// KVUtilization is 0 and means unknown.
+	KVKnown bool `json:"kv_known"`
 	// Token rates and latency means derived from the last two scrapes, as
 	// the signal policies read them (see policy.Candidate); absent while
 	// unknown.
@@ -64,10 +70,16 @@ type ReplicaStatus struct {
 // replicaLoad is one scrape's result. Stored behind an atomic pointer and
 // never mutated after publication.
 type replicaLoad struct {
+	engine    string // the engine whose names were read (see engines)
 	waiting   int
 	running   int
 	kv        float64
-	scrapedAt time.Time
+	kvOK      bool // the engine exports a KV-cache usage; false: kv is unknown
+	blockSize int  // the engine's KV block size in tokens, from its cache-config gauge; 0: not stated
+	// eventsBlockSize is the block size the replica's KV events carried at
+	// this scrape (0: none yet, or no events), to log a mismatch once.
+	eventsBlockSize int
+	scrapedAt       time.Time
 
 	// As scraped, for the next scrape's derive.
 	promptTokens, generationTokens cumulative
@@ -89,6 +101,7 @@ type replica struct {
 	headers map[string]string // canonical names
 	weight  float64
 	role    string // RolePrefill, RoleDecode or RoleBoth
+	engine  string // whose metric names to read: a key of engines, or "" for auto
 	metrics *replicaMetrics
 
 	inFlight atomic.Int64
@@ -108,7 +121,7 @@ type replica struct {
 	scrapeFailed bool // last scrape failed; logs only the transition
 }
 
-func newReplica(id string, rc ReplicaConfig, poolModel string) *replica {
+func newReplica(id string, rc ReplicaConfig, poolModel, poolEngine string) *replica {
 	u, _ := parseReplicaURL(rc.URL) // validated by PoolConfig.Validate
 	r := &replica{
 		id:      id,
@@ -117,9 +130,16 @@ func newReplica(id string, rc ReplicaConfig, poolModel string) *replica {
 		headers: make(map[string]string, len(rc.Headers)),
 		weight:  rc.Weight,
 		role:    rc.role(),
+		engine:  rc.Engine,
 	}
 	if r.model == "" {
 		r.model = poolModel
+	}
+	if r.engine == "" {
+		r.engine = poolEngine
+	}
+	if r.engine == EngineAuto {
+		r.engine = ""
 	}
 	if r.weight == 0 {
 		r.weight = 1
@@ -138,6 +158,15 @@ func newReplica(id string, rc ReplicaConfig, poolModel string) *replica {
 	}
 	r.published.Store(-1)
 	return r
+}
+
+// engineSetting is the replica's engine setting as configured (auto when
+// none names an engine).
+func (r *replica) engineSetting() string {
+	if r.engine == "" {
+		return EngineAuto
+	}
+	return r.engine
 }
 
 // endpoint joins the replica's base URL and an absolute request path, which
@@ -259,7 +288,7 @@ func (r *replica) tryAcquire(max int) bool {
 func (r *replica) candidate(now time.Time, staleAfter time.Duration) policy.Candidate {
 	c := policy.Candidate{ID: r.id, InFlight: int(r.inFlight.Load()), Weight: r.weight}
 	if l := r.load.Load(); l != nil {
-		c.Waiting, c.Running, c.KVUtilization = l.waiting, l.running, l.kv
+		c.Waiting, c.Running, c.KVUtilization, c.KVUnknown = l.waiting, l.running, l.kv, !l.kvOK
 		c.PromptTokensPerSec, c.GenerationTokensPerSec, c.Rates = l.promptRate, l.generationRate, l.rates
 		c.MeanTTFT, c.HasTTFT = l.ttft.v, l.ttft.ok
 		c.MeanTPOT, c.HasTPOT = l.tpot.v, l.tpot.ok
@@ -283,7 +312,7 @@ func (r *replica) status(now time.Time, staleAfter time.Duration) ReplicaStatus 
 		Fresh:         c.Fresh,
 	}
 	if l := r.load.Load(); l != nil {
-		s.ScrapedAt = l.scrapedAt
+		s.ScrapedAt, s.Engine, s.KVKnown = l.scrapedAt, l.engine, l.kvOK
 	}
 	if c.Rates {
 		s.PromptTokensPerSec, s.GenerationTokensPerSec = &c.PromptTokensPerSec, &c.GenerationTokensPerSec

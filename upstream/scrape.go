@@ -2,38 +2,20 @@ package upstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
-// vLLM's load gauges. Newer vLLM exports kv_cache_usage_perc; older
-// versions call it gpu_cache_usage_perc. Both are fractions in 0..1 despite
-// the name.
-const (
-	metricWaiting     = "vllm:num_requests_waiting"
-	metricRunning     = "vllm:num_requests_running"
-	metricKVCache     = "vllm:kv_cache_usage_perc"
-	metricKVCacheOld  = "vllm:gpu_cache_usage_perc"
-	maxMetricsBodyLen = 16 << 20
-)
-
-// vLLM's token counters and latency histograms, which the throughput and
-// least-latency policies read as rates and means between two scrapes.
-// vLLM's V1 engine calls the time per output token inter_token_latency;
-// older versions time_per_output_token.
-const (
-	metricPromptTokens     = "vllm:prompt_tokens_total"
-	metricGenerationTokens = "vllm:generation_tokens_total"
-	metricTTFT             = "vllm:time_to_first_token_seconds"
-	metricTPOT             = "vllm:inter_token_latency_seconds"
-	metricTPOTOld          = "vllm:time_per_output_token_seconds"
-)
+// maxMetricsBodyLen bounds a replica's /metrics answer.
+const maxMetricsBodyLen = 16 << 20
 
 // scrapeOnce fetches every replica's /metrics once, concurrently. A failed
 // scrape keeps the previous values; they stop being Fresh after three
@@ -61,10 +43,15 @@ func (p *Pool) scrapeOnce(ctx context.Context) {
 			if err != nil {
 				r.metrics.scrapeFailures.Inc()
 			} else {
+				prev := r.load.Load() // only this goroutine stores r.load
 				l.scrapedAt = now
-				l.derive(r.load.Load()) // only this goroutine stores r.load
+				l.derive(prev)
+				if s := p.kvSubscriber(r.id); s != nil {
+					l.eventsBlockSize = s.BlockSize()
+				}
 				r.load.Store(l)
-				r.metrics.scraped(l.waiting, l.running, l.kv)
+				r.metrics.scraped(l)
+				p.noteEngine(r, prev, l)
 			}
 			if last := r.load.Load(); last != nil {
 				r.metrics.scrapeAged(now.Sub(last.scrapedAt))
@@ -72,6 +59,30 @@ func (p *Pool) scrapeOnce(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// noteEngine logs what changed in a replica's engine since its previous
+// scrape: the engine its /metrics was read as, and the block size it
+// states, which is checked against what the pool's KV-event routing uses
+// (the configured size, and the size the replica's events carry). Each is
+// logged when it changes, not at every scrape.
+func (p *Pool) noteEngine(r *replica, prev, l *replicaLoad) {
+	if prev == nil || prev.engine != l.engine {
+		p.log.Info("replica metrics read", "replica", r.id, "engine", l.engine, "setting", r.engineSetting(),
+			"kv_cache_usage", l.kvOK)
+	}
+	if l.blockSize == 0 || p.kv == nil {
+		return
+	}
+	if bs := p.cfg.KVEvents.BlockSize; bs > 0 && bs != l.blockSize && (prev == nil || prev.blockSize != l.blockSize) {
+		p.log.Warn("replica's engine states another KV block size than kv_events.block_size; using the engine's",
+			"replica", r.id, "engine_block_size", l.blockSize, "configured_block_size", bs)
+	}
+	if bs := l.eventsBlockSize; bs > 0 && bs != l.blockSize &&
+		(prev == nil || prev.blockSize != l.blockSize || prev.eventsBlockSize != bs) {
+		p.log.Warn("replica's KV events and its /metrics state different block sizes; using the events'",
+			"replica", r.id, "events_block_size", bs, "metrics_block_size", l.blockSize)
+	}
 }
 
 func (p *Pool) scrape(ctx context.Context, r *replica) (*replicaLoad, error) {
@@ -96,80 +107,151 @@ func (p *Pool) scrape(ctx context.Context, r *replica) (*replicaLoad, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return nil, fmt.Errorf("scrape /metrics: status %d", resp.StatusCode)
 	}
-	return parseVLLMMetrics(io.LimitReader(resp.Body, maxMetricsBodyLen))
+	return parseMetrics(io.LimitReader(resp.Body, maxMetricsBodyLen), r.engine)
 }
 
-// parseVLLMMetrics reads a Prometheus text exposition and extracts vLLM's
-// load gauges. Waiting and running requests are summed across label sets
-// (one per model or engine). KV-cache utilisation is averaged across them,
-// since it is a fraction per engine and a sum could exceed 1. A body with
-// none of the gauges is an error: the replica is not a vLLM-like server.
-// The token counters and the latency histograms' sums and counts are summed
-// across label sets and kept as they are, for derive; each is optional.
-func parseVLLMMetrics(body io.Reader) (*replicaLoad, error) {
+// parseMetrics reads a Prometheus text exposition and extracts the load
+// signals under engine's names (see engines); engine "" or auto takes the
+// one engine whose load gauges the body holds. Waiting and running requests
+// are summed across label sets (one per model, engine or data-parallel
+// rank). KV-cache utilisation is averaged across them, since it is a
+// fraction per engine and a sum could exceed 1; an engine without a KV
+// gauge leaves it unknown (kvOK false). A body with none of the engine's
+// load gauges is an error: the replica is not that engine (or not an
+// engine at all). The token counters and the latency histograms' sums and
+// counts are summed across label sets and kept as they are, for derive;
+// each is optional.
+func parseMetrics(body io.Reader, engine string) (*replicaLoad, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(body)
 	if err != nil {
 		return nil, fmt.Errorf("parse /metrics: %w", err)
 	}
-	// sum returns the total and number of samples of a gauge, counter or
-	// untyped family.
-	sum := func(name string) (total float64, n int) {
-		mf, ok := fams[name]
-		if !ok {
-			return 0, 0
-		}
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.GetGauge() != nil:
-				total += m.GetGauge().GetValue()
-			case m.GetUntyped() != nil:
-				total += m.GetUntyped().GetValue()
-			case m.GetCounter() != nil:
-				total += m.GetCounter().GetValue()
-			default:
+	e, err := pickEngine(fams, engine)
+	if err != nil {
+		return nil, err
+	}
+	// sum returns the total and number of samples of the first family of
+	// names present: gauges, counters and untyped samples by their value,
+	// histograms by the sum of their observations.
+	sum := func(names []string) (total float64, n int) {
+		for _, name := range names {
+			mf, ok := fams[name]
+			if !ok {
 				continue
 			}
-			n++
+			for _, m := range mf.GetMetric() {
+				switch {
+				case m.GetGauge() != nil:
+					total += m.GetGauge().GetValue()
+				case m.GetUntyped() != nil:
+					total += m.GetUntyped().GetValue()
+				case m.GetCounter() != nil:
+					total += m.GetCounter().GetValue()
+				case m.GetHistogram() != nil:
+					total += m.GetHistogram().GetSampleSum()
+				default:
+					continue
+				}
+				n++
+			}
+			if n > 0 {
+				return total, n
+			}
 		}
-		return total, n
+		return 0, 0
 	}
-	waiting, nw := sum(metricWaiting)
-	running, nr := sum(metricRunning)
-	kv, nk := sum(metricKVCache)
-	if nk == 0 {
-		kv, nk = sum(metricKVCacheOld)
-	}
+	waiting, nw := sum(e.waiting)
+	running, nr := sum(e.running)
+	kv, nk := sum(e.kv)
 	if nw == 0 && nr == 0 && nk == 0 {
-		return nil, errors.New("parse /metrics: no vllm:num_requests_waiting, vllm:num_requests_running or vllm:kv_cache_usage_perc")
+		return nil, e.missingGauges()
 	}
-	l := &replicaLoad{waiting: int(waiting), running: int(running)}
+	l := &replicaLoad{engine: e.name, waiting: int(waiting), running: int(running)}
 	if nk > 0 {
-		l.kv = kv / float64(nk)
+		l.kv, l.kvOK = kv/float64(nk), true
 	}
-	counter := func(name string) cumulative {
-		v, n := sum(name)
+	counter := func(names []string) cumulative {
+		v, n := sum(names)
 		return cumulative{sum: v, ok: n > 0}
 	}
-	// histogram returns a histogram family's sum and count, summed across
-	// its label sets.
-	histogram := func(name string) (c cumulative) {
-		for _, m := range fams[name].GetMetric() {
-			if h := m.GetHistogram(); h != nil {
-				c.sum += h.GetSampleSum()
-				c.count += float64(h.GetSampleCount())
-				c.ok = true
+	// histogram returns the first present histogram family's sum and
+	// count, summed across its label sets.
+	histogram := func(names []string) (c cumulative) {
+		for _, name := range names {
+			for _, m := range fams[name].GetMetric() {
+				if h := m.GetHistogram(); h != nil {
+					c.sum += h.GetSampleSum()
+					c.count += float64(h.GetSampleCount())
+					c.ok = true
+				}
+			}
+			if c.ok {
+				return c
 			}
 		}
 		return c
 	}
-	l.promptTokens = counter(metricPromptTokens)
-	l.generationTokens = counter(metricGenerationTokens)
-	l.ttftHist = histogram(metricTTFT)
-	if l.tpotHist = histogram(metricTPOT); !l.tpotHist.ok {
-		l.tpotHist = histogram(metricTPOTOld)
+	l.promptTokens = counter(e.promptTokens)
+	l.generationTokens = counter(e.generationTokens)
+	l.ttftHist = histogram(e.ttft)
+	l.tpotHist = histogram(e.tpot)
+	if !l.tpotHist.ok && e.tpotPair[0] != "" {
+		secs, tokens := counter(e.tpotPair[:1]), counter(e.tpotPair[1:])
+		l.tpotHist = cumulative{sum: secs.sum, count: tokens.sum, ok: secs.ok && tokens.ok}
+	}
+	if e.blockInfo != "" {
+		l.blockSize = infoLabelInt(fams[e.blockInfo], e.blockLabel)
 	}
 	return l, nil
+}
+
+// pickEngine returns the engine named by setting, or for auto (or "") the
+// only engine with a load gauge in fams. Several make auto ambiguous.
+func pickEngine(fams map[string]*dto.MetricFamily, setting string) (*engineMetrics, error) {
+	if e := engines[setting]; e != nil {
+		return e, nil
+	}
+	var found []*engineMetrics
+	for _, name := range engineOrder {
+		e := engines[name]
+		for _, f := range e.loadFamilies() {
+			if _, ok := fams[f]; ok {
+				found = append(found, e)
+				break
+			}
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return nil, fmt.Errorf("parse /metrics: no load gauges of any known engine (%s); "+
+			"is /metrics an inference engine's, with metrics enabled?", strings.Join(engineOrder, ", "))
+	default:
+		names := make([]string, len(found))
+		for i, e := range found {
+			names[i] = e.name
+		}
+		return nil, fmt.Errorf("parse /metrics: load gauges of several engines (%s); set engine on the replica",
+			strings.Join(names, ", "))
+	}
+}
+
+// infoLabelInt reads a positive integer from label of an info gauge's
+// first sample that has one; 0 when none does.
+func infoLabelInt(mf *dto.MetricFamily, label string) int {
+	for _, m := range mf.GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() != label {
+				continue
+			}
+			if n, err := strconv.Atoi(lp.GetValue()); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // cumulative is a counter's value (sum), or a histogram's sum and count,

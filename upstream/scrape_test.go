@@ -47,8 +47,8 @@ vllm:time_to_first_token_seconds_count{engine="0",model_name="meta-llama/Llama-3
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 3.5
 `
 
-func TestParseVLLMMetrics(t *testing.T) {
-	l, err := parseVLLMMetrics(strings.NewReader(vllmMetrics))
+func TestParseMetrics(t *testing.T) {
+	l, err := parseMetrics(strings.NewReader(vllmMetrics), "")
 	require.NoError(t, err)
 	require.Equal(t, 4, l.waiting, "summed across engines")
 	require.Equal(t, 12, l.running)
@@ -60,14 +60,16 @@ func TestParseVLLMMetrics(t *testing.T) {
 
 	old := "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.9\n" +
 		"vllm:num_requests_waiting{model_name=\"m\"} 2\n" // untyped
-	l, err = parseVLLMMetrics(strings.NewReader(old))
+	l, err = parseMetrics(strings.NewReader(old), "")
 	require.NoError(t, err)
 	require.InDelta(t, 0.9, l.kv, 1e-9, "falls back to the pre-v1 name")
 	require.Equal(t, 2, l.waiting)
 
-	_, err = parseVLLMMetrics(strings.NewReader("# TYPE up gauge\nup 1\n"))
-	require.ErrorContains(t, err, "no vllm:")
-	_, err = parseVLLMMetrics(strings.NewReader("vllm:num_requests_running{ 1\n"))
+	_, err = parseMetrics(strings.NewReader("# TYPE up gauge\nup 1\n"), "")
+	require.ErrorContains(t, err, "no load gauges of any known engine")
+	_, err = parseMetrics(strings.NewReader("# TYPE up gauge\nup 1\n"), EngineVLLM)
+	require.ErrorContains(t, err, "none of vllm:num_requests_waiting")
+	_, err = parseMetrics(strings.NewReader("vllm:num_requests_running{ 1\n"), "")
 	require.ErrorContains(t, err, "parse /metrics")
 }
 
@@ -213,7 +215,7 @@ func signalBody(prompt, gen, ttftSum, ttftCount, tpotSum, tpotCount float64, tpo
 
 func scrapeAt(t *testing.T, at time.Time, body string, prev *replicaLoad) *replicaLoad {
 	t.Helper()
-	l, err := parseVLLMMetrics(strings.NewReader(body))
+	l, err := parseMetrics(strings.NewReader(body), "")
 	require.NoError(t, err)
 	l.scrapedAt = at
 	l.derive(prev)
@@ -224,14 +226,14 @@ func TestDeriveRatesAndMeans(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
-	first := scrapeAt(t, t0, signalBody(1000, 500, 10, 100, 2, 200, metricTPOT), nil)
+	first := scrapeAt(t, t0, signalBody(1000, 500, 10, 100, 2, 200, "vllm:inter_token_latency_seconds"), nil)
 	require.False(t, first.rates, "one scrape gives no rate")
 	require.False(t, first.ttft.ok, "nor a mean: the cumulative one could be days old")
 	require.False(t, first.tpot.ok)
 
 	// 2 s later: +400 prompt and +100 output tokens; 20 more first tokens
 	// taking 6 s, 50 more output-token gaps taking 1.5 s.
-	second := scrapeAt(t, sec(2), signalBody(1400, 600, 16, 120, 3.5, 250, metricTPOT), first)
+	second := scrapeAt(t, sec(2), signalBody(1400, 600, 16, 120, 3.5, 250, "vllm:inter_token_latency_seconds"), first)
 	require.True(t, second.rates)
 	require.InDelta(t, 200, second.promptRate, 1e-9)
 	require.InDelta(t, 50, second.generationRate, 1e-9)
@@ -240,7 +242,7 @@ func TestDeriveRatesAndMeans(t *testing.T) {
 	require.InDelta(t, 0.03, second.tpot.v, 1e-9)
 
 	// Idle for the next interval: rates fall to 0, means are kept.
-	idle := scrapeAt(t, sec(4), signalBody(1400, 600, 16, 120, 3.5, 250, metricTPOT), second)
+	idle := scrapeAt(t, sec(4), signalBody(1400, 600, 16, 120, 3.5, 250, "vllm:inter_token_latency_seconds"), second)
 	require.True(t, idle.rates)
 	require.Zero(t, idle.promptRate)
 	require.Zero(t, idle.generationRate)
@@ -249,17 +251,17 @@ func TestDeriveRatesAndMeans(t *testing.T) {
 
 	// The replica restarted: counters went down. No rate for this interval;
 	// the means are those since the restart.
-	restarted := scrapeAt(t, sec(6), signalBody(80, 40, 1, 4, 0.2, 10, metricTPOT), idle)
+	restarted := scrapeAt(t, sec(6), signalBody(80, 40, 1, 4, 0.2, 10, "vllm:inter_token_latency_seconds"), idle)
 	require.False(t, restarted.rates)
 	require.InDelta(t, 0.25, restarted.ttft.v, 1e-9)
 	require.InDelta(t, 0.02, restarted.tpot.v, 1e-9)
 	// A restart with nothing served yet keeps the last mean.
-	empty := scrapeAt(t, sec(6), signalBody(0, 0, 0, 0, 0, 0, metricTPOT), idle)
+	empty := scrapeAt(t, sec(6), signalBody(0, 0, 0, 0, 0, 0, "vllm:inter_token_latency_seconds"), idle)
 	require.Equal(t, idle.ttft, empty.ttft)
 
 	// Older vLLM's name for the time per output token is read too.
-	old1 := scrapeAt(t, t0, signalBody(0, 0, 0, 0, 1, 10, metricTPOTOld), nil)
-	old2 := scrapeAt(t, sec(1), signalBody(0, 0, 0, 0, 3, 20, metricTPOTOld), old1)
+	old1 := scrapeAt(t, t0, signalBody(0, 0, 0, 0, 1, 10, "vllm:time_per_output_token_seconds"), nil)
+	old2 := scrapeAt(t, sec(1), signalBody(0, 0, 0, 0, 3, 20, "vllm:time_per_output_token_seconds"), old1)
 	require.InDelta(t, 0.2, old2.tpot.v, 1e-9)
 
 	// A replica that stops exporting a histogram has no mean for it.
@@ -278,8 +280,8 @@ func TestDeriveRatesAndMeans(t *testing.T) {
 func TestScrapeFeedsSignalsToCandidates(t *testing.T) {
 	var n atomic.Int64
 	bodies := []string{
-		signalBody(1000, 500, 10, 100, 2, 200, metricTPOT),
-		signalBody(1400, 600, 16, 120, 3.5, 250, metricTPOT),
+		signalBody(1000, 500, 10, 100, 2, 200, "vllm:inter_token_latency_seconds"),
+		signalBody(1400, 600, 16, 120, 3.5, 250, "vllm:inter_token_latency_seconds"),
 	}
 	srv := replicaServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
@@ -336,12 +338,12 @@ func TestSignalPoliciesFollowTheScrapes(t *testing.T) {
 	// cache, fewer running, fewer tokens per second, lower TTFT and TPOT.
 	scrapes := map[string][]string{
 		"r0": {
-			"vllm:kv_cache_usage_perc 0.8\n" + signalBody(0, 0, 0, 0, 0, 0, metricTPOT),
-			"vllm:kv_cache_usage_perc 0.8\n" + signalBody(4000, 2000, 10, 10, 5, 100, metricTPOT),
+			"vllm:kv_cache_usage_perc 0.8\n" + signalBody(0, 0, 0, 0, 0, 0, "vllm:inter_token_latency_seconds"),
+			"vllm:kv_cache_usage_perc 0.8\n" + signalBody(4000, 2000, 10, 10, 5, 100, "vllm:inter_token_latency_seconds"),
 		},
 		"r1": {
-			"vllm:kv_cache_usage_perc 0.1\n" + signalBody(0, 0, 0, 0, 0, 0, metricTPOT),
-			"vllm:kv_cache_usage_perc 0.1\n" + signalBody(400, 200, 2, 10, 1, 100, metricTPOT),
+			"vllm:kv_cache_usage_perc 0.1\n" + signalBody(0, 0, 0, 0, 0, 0, "vllm:inter_token_latency_seconds"),
+			"vllm:kv_cache_usage_perc 0.1\n" + signalBody(400, 200, 2, 10, 1, 100, "vllm:inter_token_latency_seconds"),
 		},
 	}
 	for _, name := range []string{"least-kv-cache", "least-gpu-cache", "least-utilization", "throughput", "least-latency"} {

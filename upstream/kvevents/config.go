@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -24,7 +25,10 @@ type Config struct {
 	// Endpoint is the ZMQ endpoint, tcp://host:port. In connect mode it is
 	// the engine's address (tcp://10.0.0.7:5557); in bind mode the address
 	// the gateway listens on (tcp://*:5557 or tcp://0.0.0.0:5557). Only
-	// tcp is supported. Required.
+	// tcp is supported. Empty: asked from the engine (vLLM's GET
+	// /kv_event_sources, see ParseSources and Options.Discover) when the
+	// subscriber runs, together with Topic and ReplayEndpoint, which must
+	// then be empty; connect mode only.
 	Endpoint string `yaml:"endpoint" json:"endpoint"`
 	// Topic is the subscription prefix; vLLM's kv-events-config "topic".
 	// Empty subscribes to everything the publisher sends.
@@ -93,8 +97,18 @@ func (c Config) ValidateAt(path string) error {
 	default:
 		errs = append(errs, fmt.Errorf("%s.mode: must be %q or %q, got %q", path, ModeConnect, ModeBind, c.Mode))
 	}
-	if _, err := c.address(); err != nil {
-		errs = append(errs, fmt.Errorf("%s.endpoint: %w", path, err))
+	switch {
+	case c.Endpoint == "" && c.Mode == ModeBind:
+		errs = append(errs, fmt.Errorf("%s.endpoint: required in bind mode (the address to listen on); "+
+			"an empty endpoint is asked from the engine, in connect mode only", path))
+	case c.Endpoint == "" && (c.Topic != "" || c.ReplayEndpoint != ""):
+		errs = append(errs, fmt.Errorf("%s.endpoint: empty, so the endpoint, topic and replay_endpoint are asked from the engine; "+
+			"set endpoint too, or leave topic and replay_endpoint empty", path))
+	case c.Endpoint == "":
+	default:
+		if _, err := c.address(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.endpoint: %w", path, err))
+		}
 	}
 	if c.ReplayEndpoint != "" {
 		if _, err := (Config{Endpoint: c.ReplayEndpoint}).address(); err != nil {
@@ -147,6 +161,13 @@ type Options struct {
 	PendingTTL time.Duration
 	// Now tells time. Nil means time.Now.
 	Now func() time.Time
+	// Discover, for a Config without an Endpoint, asks the engine where it
+	// publishes (package upstream: GET /kv_event_sources, read by
+	// ParseSources). Run calls it until it answers, backing off between
+	// failures, and again before each reconnect after a failed dial, so an
+	// engine restarted on another port is followed. Nil: Config.Endpoint is
+	// required.
+	Discover func(ctx context.Context) (Config, error)
 	// Handled, when set, is called after each message from a publisher has
 	// been handled, whatever became of it (applied, dropped, undecodable),
 	// from the connection's goroutine: tests wait on it. Nil: nothing.

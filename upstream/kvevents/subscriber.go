@@ -43,7 +43,12 @@ type Subscriber struct {
 	pendingTTL    time.Duration
 	now           func() time.Time
 	log           *slog.Logger
+	baseLog       *slog.Logger
 	running       atomic.Bool
+	// discover is Options.Discover when cfg has no endpoint; cfg, addr and
+	// log are then set by Run's goroutine, the only one that reads them.
+	discover        func(ctx context.Context) (Config, error)
+	lastDiscoverErr string
 
 	idx     *index
 	handled func() // Options.Handled
@@ -81,6 +86,9 @@ func NewSubscriber(pool, replica string, cfg Config, lim Limits, opts Options, r
 	if err := errors.Join(cfg.ValidateAt("kv_events"), lim.ValidateAt("kv_events")); err != nil {
 		return nil, err
 	}
+	if cfg.Endpoint == "" && opts.Discover == nil {
+		return nil, errors.New("kv_events.endpoint: required (tcp://host:port)")
+	}
 	addr, _ := cfg.address()
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -95,7 +103,7 @@ func NewSubscriber(pool, replica string, cfg Config, lim Limits, opts Options, r
 	s := &Subscriber{
 		pool: pool, replica: replica, cfg: cfg, addr: addr, lim: lim,
 		staleAfter: opts.StaleAfter, pendingTTL: opts.PendingTTL, now: opts.Now, handled: opts.Handled,
-		log: log.With("replica", replica, "kv_events", cfg.Endpoint),
+		log: log.With("replica", replica, "kv_events", cfg.Endpoint), baseLog: log.With("replica", replica),
 		idx: newIndex(lim.MaxBlocks, lim.MaxPendingBlocks),
 	}
 	if s.staleAfter <= 0 {
@@ -106,6 +114,9 @@ func NewSubscriber(pool, replica string, cfg Config, lim Limits, opts Options, r
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if cfg.Endpoint == "" {
+		s.discover = opts.Discover
 	}
 	l := prometheus.Labels{"pool": pool, "replica": replica}
 	for i, t := range [4]string{typeUnknown, typeStored, typeRemoved, typeCleared} {
@@ -208,11 +219,51 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("kv events %s/%s: Run called twice", s.pool, s.replica)
 	}
+	if s.discover != nil {
+		backoff := minBackoff
+		for !s.rediscover(ctx) {
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxBackoff)
+		}
+	}
 	if s.cfg.Mode == ModeBind {
 		return s.listen(ctx)
 	}
 	s.dial(ctx)
 	return nil
+}
+
+// rediscover asks the engine where it publishes and, when it answers,
+// subscribes there from the next dial on. It logs a failure once until the
+// error changes, and a new endpoint when it changes. Only Run's goroutine
+// calls it.
+func (s *Subscriber) rediscover(ctx context.Context) bool {
+	cfg, err := s.discover(ctx)
+	if err == nil {
+		var addr string
+		if addr, err = cfg.address(); err == nil && cfg.Mode == ModeBind {
+			err = errors.New("discovery gave a bind-mode endpoint")
+		}
+		if err == nil {
+			if cfg != s.cfg {
+				s.log = s.baseLog.With("kv_events", cfg.Endpoint)
+				s.log.Info("kv events endpoint discovered", "topic", cfg.Topic, "replay_endpoint", cfg.ReplayEndpoint)
+			}
+			s.cfg, s.addr, s.lastDiscoverErr = cfg, addr, ""
+			return true
+		}
+	}
+	if ctx.Err() == nil && err.Error() != s.lastDiscoverErr {
+		s.lastDiscoverErr = err.Error()
+		s.baseLog.Warn("kv events endpoint not discovered; the replica is routed by the guess until it is", "err", err)
+	}
+	return false
 }
 
 func (s *Subscriber) dial(ctx context.Context) {
@@ -227,6 +278,9 @@ func (s *Subscriber) dial(ctx context.Context) {
 			if got {
 				backoff = minBackoff
 			}
+		} else if s.discover != nil {
+			// Nobody listens there: the engine may have restarted elsewhere.
+			s.rediscover(ctx)
 		}
 		if ctx.Err() != nil {
 			return

@@ -223,7 +223,8 @@ func TestConfigValidate(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{}, "kv.endpoint: required"},
+		{Config{Mode: ModeBind}, "kv.endpoint: required in bind mode"},
+		{Config{Topic: "kv-events"}, "kv.endpoint: empty, so the endpoint, topic and replay_endpoint are asked from the engine"},
 		{Config{Endpoint: "ipc:///tmp/x"}, "only tcp://host:port"},
 		{Config{Endpoint: "tcp://*:5557"}, "host * means every interface"},
 		{Config{Endpoint: "tcp://host"}, "want tcp://host:port"},
@@ -235,6 +236,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 	require.NoError(t, Config{Endpoint: "tcp://*:5557", Mode: ModeBind}.ValidateAt("kv"))
 	require.NoError(t, Config{Endpoint: "tcp://10.0.0.7:5557"}.ValidateAt("kv"))
+	require.NoError(t, Config{}.ValidateAt("kv"), "no endpoint: discovered from the engine")
+	_, err := NewSubscriber("p", "r", Config{}, Limits{}, Options{}, nil, nil)
+	require.ErrorContains(t, err, "kv_events.endpoint: required", "without a Discover hook")
 	require.ErrorContains(t, Limits{MaxBlocks: 0, MaxMessageBytes: 1, MaxTokensPerEvent: 1, MaxPendingBlocks: 1}.ValidateAt("kv"), "kv.max_blocks")
 }
 

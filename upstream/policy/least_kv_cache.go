@@ -30,8 +30,9 @@ func init() {
 // scrape, spread only by the tie-break below.
 //
 // Ties: fewest in-flight requests, then round-robin. Missing or stale
-// signal (a candidate with Fresh false): least-request over all the
-// candidates (see pickLowest).
+// signal (a candidate with Fresh false, or whose engine exports no KV-cache
+// usage: KVUnknown): least-request over all the candidates (see
+// pickLowest).
 //
 // Concurrency: lock-free; safe for concurrent Pick.
 type LeastKVCache struct {
@@ -49,4 +50,4 @@ func (p *LeastKVCache) Pick(_ *Request, cands []Candidate) int {
 	return pickLowest(cands, kvCacheSignal, &p.rr, p.tracer)
 }
 
-func kvCacheSignal(c *Candidate) (float64, bool) { return c.KVUtilization, c.Fresh }
+func kvCacheSignal(c *Candidate) (float64, bool) { return c.KVUtilization, c.Fresh && !c.KVUnknown }

@@ -42,6 +42,8 @@ func TestLeastKVCacheFallsBackToLeastRequest(t *testing.T) {
 	}
 	nan := readings(true, true, true)
 	nan[0].KVUtilization = math.NaN()
+	unknown := readings(true, true, true) // r0's engine exports no KV usage: its 0.1 means nothing
+	unknown[0].KVUnknown = true
 	tests := []struct {
 		name string
 		cs   []Candidate
@@ -50,6 +52,7 @@ func TestLeastKVCacheFallsBackToLeastRequest(t *testing.T) {
 		{"the best reading is the stale one", readings(false, true, true)},
 		{"every candidate stale", readings(false, false, false)},
 		{"NaN reading", nan},
+		{"an engine without KV usage", unknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

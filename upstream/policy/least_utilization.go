@@ -41,7 +41,8 @@ func (c LeastUtilizationConfig) ValidateAt(path string) error {
 // vllm:kv_cache_usage_perc and vllm:num_requests_running. AIBrix reads an
 // engine_utilization gauge that only xLLM exports; vLLM has no such gauge,
 // and an engine is full when either its KV cache or its batch slots are, so
-// the scarcer of the two stands for it.
+// the scarcer of the two stands for it. An engine that exports no KV-cache
+// usage (KVUnknown: llama.cpp, TGI) is judged by its batch slots alone.
 //
 // Staleness: up to three scrape intervals, like every scraped value; the
 // value does not move between scrapes.
@@ -74,5 +75,9 @@ func (p *LeastUtilization) Pick(_ *Request, cands []Candidate) int {
 }
 
 func (p *LeastUtilization) utilization(c *Candidate) (float64, bool) {
-	return max(c.KVUtilization, float64(c.Running)/p.seqs), c.Fresh
+	u := float64(c.Running) / p.seqs
+	if !c.KVUnknown {
+		u = max(u, c.KVUtilization)
+	}
+	return u, c.Fresh
 }

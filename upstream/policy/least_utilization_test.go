@@ -34,6 +34,13 @@ func TestLeastUtilization(t *testing.T) {
 			map[string]float64{"r0": 0.8, "r1": 0.5, "r2": 0.7}},
 		{"equal utilisation: fewer in flight", utilCands([]float64{0.4, 0.1, 0.9}, []int{0, 4, 0}, 3, 1, 0), 2,
 			[]string{"r1", "r1"}, nil},
+		// r0's engine exports no KV usage: its batch slots alone, 3/10, not
+		// max(0, 0.3) read as an empty cache; r1 is cache-bound at 0.5.
+		{"unknown KV: batch slots alone", func() []Candidate {
+			cs := utilCands([]float64{0, 0.5}, []int{3, 1})
+			cs[0].KVUnknown = true
+			return cs
+		}(), 1, []string{"r0"}, map[string]float64{"r0": 0.3, "r1": 0.5}},
 		{"idle pool rotates", utilCands([]float64{0, 0, 0}, []int{0, 0, 0}), 3, []string{"r0", "r1", "r2"}, nil},
 		{"one candidate", utilCands([]float64{1}, []int{10}), 2, []string{"r0", "r0"}, nil},
 	}

@@ -43,9 +43,13 @@ type Candidate struct {
 	// Waiting, Running and KVUtilization come from the replica's /metrics and
 	// are stale by up to the scrape interval. Fresh reports whether they were
 	// scraped at all (a replica without /metrics has Fresh false and zeros).
+	// KVUnknown is set when the replica's engine exports no KV-cache usage
+	// at all (llama.cpp's and TGI's current releases do not): KVUtilization
+	// is then 0 and means unknown, not empty.
 	Waiting       int
 	Running       int
 	KVUtilization float64 // 0..1
+	KVUnknown     bool
 	Fresh         bool
 	// The signals below are derived from the replica's counters and
 	// histograms by comparing its two latest successful scrapes, so they

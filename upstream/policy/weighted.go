@@ -136,7 +136,8 @@ type weightedScorer struct {
 //   - queue-depth: effective load Waiting+InFlight, min-max normalised
 //     across candidates, (max−load)/(max−min); all equal → all 1.
 //   - kv-utilization: 1 − KVUtilization, clamped to [0,1]. A replica with
-//     no scraped metrics reads as empty (score 1).
+//     no scraped metrics, or whose engine exports no KV-cache usage
+//     (KVUnknown), reads as empty (score 1).
 //   - load-balance: 1/(1+InFlight).
 //
 // Traces score candidates by the weighted total (higher is better).
@@ -266,7 +267,10 @@ func (p *Weighted) score(kind scorerKind, req *Request, hashes []uint64, cands [
 		}
 	case scoreKVUtilization:
 		for i, c := range cands {
-			out[i] = 1 - c.KVUtilization
+			out[i] = 1
+			if !c.KVUnknown {
+				out[i] = 1 - c.KVUtilization
+			}
 		}
 	case scoreLoadBalance:
 		for i, c := range cands {
