@@ -14,7 +14,9 @@ func TestPprofServesProfilesOnLoopbackOnly(t *testing.T) {
 		_, err := listenPprof(addr)
 		require.ErrorContains(t, err, "is not a loopback address", addr)
 	}
-	_, err := listenPprof("127.0.0.1")
+	_, err := runArgs(t, "--simulate", "--listen", "127.0.0.1:0", "--pprof", "0.0.0.0:6060")
+	require.ErrorContains(t, err, `--pprof: "0.0.0.0:6060" is not a loopback address`, "refused before anything serves")
+	_, err = listenPprof("127.0.0.1")
 	require.ErrorContains(t, err, "--pprof: address 127.0.0.1: missing port")
 
 	p, err := listenPprof("127.0.0.1:0")

@@ -56,7 +56,7 @@ type gatewayConfig struct {
 	// SideClients, SideRepeats and SideRequests shape the side-by-side scenario.
 	SideClients    []int         `json:"side_clients"`
 	SideRepeats    int           `json:"side_repeats"`
-	SideRequests   int           `json:"side_requests"`
+	SideRequests   []int         `json:"side_requests"` // per cell, one for each of SideClients
 	RequestTimeout time.Duration `json:"request_timeout_ns"`
 	StartupTimeout time.Duration `json:"startup_timeout_ns"`
 
@@ -129,11 +129,11 @@ func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) 
 	scenarios := strings.Join(gatewayScenarios, ",")
 	proxyClients := "1,8"
 	budgets := "50ms"
-	sideClients := "1,16"
+	sideClients, sideRequests := "1,16", "200,800"
 	c.bindFlags(fs, &scenarios, &proxyClients)
 	fs.StringVar(&sideClients, "side-clients", sideClients, "comma-separated client counts of side-by-side (the p50 goal is checked at the smallest, the p99 and CPU goals at the largest)")
 	fs.IntVar(&c.SideRepeats, "side-repeats", 3, "alternating repeats of side-by-side")
-	fs.IntVar(&c.SideRequests, "side-requests", 200, "measured requests per side-by-side cell (path, client count, mode, repeat)")
+	fs.StringVar(&sideRequests, "side-requests", sideRequests, "comma-separated measured requests per side-by-side cell (path, client count, mode, repeat), one for each of --side-clients")
 	fs.IntVar(&c.FailOpenClients, "fail-open-clients", 32, "concurrent clients of fail-open")
 	fs.IntVar(&c.FailOpenWords, "fail-open-words", 190, "words of every fail-open prompt (about 190 words is 256 word pieces)")
 	fs.StringVar(&budgets, "fail-open-budgets", budgets, "comma-separated routing.classify_budget values fail-open measures (each with fallback fast), beside the behaviour before fail-open")
@@ -149,7 +149,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) 
 	}
 	errs := c.setLists(scenarios, proxyClients)
 	errs = append(errs, c.setBudgets(budgets)...)
-	errs = append(errs, c.setSideClients(sideClients)...)
+	errs = append(errs, c.setSideLists(sideClients, sideRequests)...)
 	errs = append(errs, c.validate()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -213,22 +213,31 @@ func (c *gatewayConfig) setLists(scenarios, proxyClients string) []error {
 	return errs
 }
 
-// setSideClients parses the comma-separated --side-clients into c.
-func (c *gatewayConfig) setSideClients(list string) []error {
+// setSideLists parses the comma-separated --side-clients and --side-requests into c: as
+// many request counts as client counts.
+func (c *gatewayConfig) setSideLists(clients, requests string) []error {
 	var errs []error
-	for _, p := range strings.Split(list, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
+	for _, l := range []struct {
+		flag, list string
+		into       *[]int
+	}{{"side-clients", clients, &c.SideClients}, {"side-requests", requests, &c.SideRequests}} {
+		for _, p := range strings.Split(l.list, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("gateway: --%s: %q is not a count >= 1", l.flag, p))
+				continue
+			}
+			*l.into = append(*l.into, n)
 		}
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("gateway: --side-clients: %q is not a count >= 1", p))
-			continue
-		}
-		c.SideClients = append(c.SideClients, n)
 	}
-	if len(c.SideClients) == 0 {
+	switch {
+	case len(c.SideClients) == 0:
 		errs = append(errs, errors.New("gateway: --side-clients is empty"))
+	case len(errs) == 0 && len(c.SideRequests) != len(c.SideClients):
+		errs = append(errs, fmt.Errorf("gateway: --side-requests has %d counts, want one for each of the %d --side-clients", len(c.SideRequests), len(c.SideClients)))
 	}
 	return errs
 }
@@ -267,7 +276,7 @@ func (c *gatewayConfig) validate() []error {
 	}{{"seq-requests", c.SeqRequests}, {"miss-clients", c.MissClients}, {"hit-clients", c.HitClients},
 		{"hit-texts", c.HitTexts}, {"overload-max-in-flight", c.OverloadFlight}, {"qp-clients", c.QPClients}, {"qp-texts", c.QPTexts},
 		{"fail-open-clients", c.FailOpenClients}, {"fail-open-words", c.FailOpenWords},
-		{"side-repeats", c.SideRepeats}, {"side-requests", c.SideRequests}} {
+		{"side-repeats", c.SideRepeats}} {
 		if f.v < 1 {
 			errs = append(errs, fmt.Errorf("gateway: --%s must be >= 1, got %d", f.name, f.v))
 		}

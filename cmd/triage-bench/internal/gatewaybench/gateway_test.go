@@ -49,13 +49,15 @@ func TestParseGatewayFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 16}, c.SideClients)
 	require.Equal(t, 3, c.SideRepeats)
-	require.Equal(t, 200, c.SideRequests)
+	require.Equal(t, []int{200, 800}, c.SideRequests)
 	_, err = parseGatewayFlags([]string{"--side-clients", "1,x", "--side-repeats", "0", "--side-requests", "-1"}, io.Discard)
 	require.Equal(t, []string{
 		`gateway: --side-clients: "x" is not a count >= 1`,
+		`gateway: --side-requests: "-1" is not a count >= 1`,
 		"gateway: --side-repeats must be >= 1, got 0",
-		"gateway: --side-requests must be >= 1, got -1",
 	}, strings.Split(err.Error(), "\n"))
+	_, err = parseGatewayFlags([]string{"--side-clients", "1,4,16", "--side-requests", "100,200"}, io.Discard)
+	require.ErrorContains(t, err, "gateway: --side-requests has 2 counts, want one for each of the 3 --side-clients")
 	_, err = parseGatewayFlags([]string{"--side-clients", ","}, io.Discard)
 	require.ErrorContains(t, err, "gateway: --side-clients is empty")
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/bench/procstat"
+	"github.com/triage-gw/triage/bench/promtext"
 	"github.com/triage-gw/triage/bench/report"
 	"github.com/triage-gw/triage/bench/stats"
 	"github.com/triage-gw/triage/cmd/triage-bench/internal/gatewayproc"
@@ -69,12 +70,14 @@ pools:
 }
 
 // sideTarget is one path under test: where its requests go, which process proxies them
-// (0: none, the replica itself) and where its prompts come from.
+// (0: none, the replica itself), where its prompts come from and, for the gateway, how to
+// scrape its metrics (nil otherwise).
 type sideTarget struct {
-	name   string
-	base   string
-	pid    int
-	prompt func(sideKey) string
+	name    string
+	base    string
+	pid     int
+	prompt  func(sideKey) string
+	metrics func(context.Context) (promtext.Samples, error)
 }
 
 // sideCell is one path's measurement in one cell: latency is to the end of the body for a
@@ -91,7 +94,10 @@ type sideCell struct {
 	Cache    map[string]int     `json:"cache,omitempty"`   // x-router-cache
 	Reasons  map[string]int     `json:"reasons,omitempty"` // x-router-reason
 	Timing   map[string]float64 `json:"server_timing_sum_ms,omitempty"`
-	Wall     float64            `json:"wall_s"`
+	// Encoded is how many texts the gateway's encoder ran over the cell (its batcher's
+	// batch_size sum), whether or not a caller was still waiting for the result.
+	Encoded float64 `json:"encoder_texts_run"`
+	Wall    float64 `json:"wall_s"`
 
 	lat []float64 // milliseconds, every OK request, for the pooled percentiles
 }
@@ -99,7 +105,7 @@ type sideCell struct {
 // sideEnv is what the scenario's cells share.
 type sideEnv struct {
 	targets  []sideTarget
-	requests int
+	requests map[int]int // measured requests per cell, by client count
 	timeout  time.Duration
 }
 
@@ -134,12 +140,15 @@ func scenarioSideBySide(ctx context.Context, env *gwEnv) (report.Scenario, error
 	if err != nil {
 		return res, err
 	}
-	se := &sideEnv{requests: c.SideRequests, timeout: c.RequestTimeout, targets: []sideTarget{
+	se := &sideEnv{requests: map[int]int{}, timeout: c.RequestTimeout, targets: []sideTarget{
 		{name: pathDirect, base: replica, prompt: prompts.take},
 		{name: pathGoProxy, base: rp.base, pid: rp.p.Pid(), prompt: prompts.take},
-		{name: pathHit, base: gw.Base, pid: gw.Pid(), prompt: hits},
-		{name: pathMiss, base: gw.Base, pid: gw.Pid(), prompt: prompts.take},
+		{name: pathHit, base: gw.Base, pid: gw.Pid(), prompt: hits, metrics: gw.Metrics},
+		{name: pathMiss, base: gw.Base, pid: gw.Pid(), prompt: prompts.take, metrics: gw.Metrics},
 	}}
+	for i, n := range c.SideClients {
+		se.requests[n] = c.SideRequests[i]
+	}
 	run, err := runSideRepeats(ctx, se, c.SideClients, c.SideRepeats, env.stderr)
 	if err != nil {
 		return res, err
@@ -149,7 +158,7 @@ func scenarioSideBySide(ctx context.Context, env *gwEnv) (report.Scenario, error
 	res.Summary = sideGoals(rows, c.SideClients)
 	res.Detail = sideDetail(run, rows, c, cfgPath)
 	res.Data = map[string]any{"cells": run.Cells, "rows": rows, "goals": res.Summary, "load_avg": run.LoadAvg,
-		"timer_late_ms": run.TimerLate, "replica": run.Replica, "requests_per_cell": c.SideRequests}
+		"timer_late_ms": run.TimerLate, "replica": run.Replica, "requests_per_cell": se.requests}
 	return res, nil
 }
 
@@ -192,8 +201,9 @@ func runSideRepeats(ctx context.Context, se *sideEnv, clients []int, repeats int
 	return run, nil
 }
 
-// measureSideCell warms the target's connections with 2 requests per client, then sends
-// se.requests requests from k.Clients closed-loop clients and reads the proxying process's
+// measureSideCell warms the target's connections (and the gateway's batcher, whose cost
+// estimate follows the load) with 4 requests per client, then sends se.requests[k.Clients]
+// requests from k.Clients closed-loop clients and reads the proxying process's
 // CPU time around them.
 func measureSideCell(ctx context.Context, se *sideEnv, t sideTarget, k sideKey) (sideCell, error) {
 	c := load.NewClient(k.Clients, se.timeout)
@@ -208,18 +218,22 @@ func measureSideCell(ctx context.Context, se *sideEnv, t sideTarget, k sideKey) 
 		s := load.PostJSON(ctx, c, url, body, false)
 		return s, s.Latency
 	}
-	load.ClosedLoop{Workers: k.Clients, Limit: 2 * k.Clients, Duration: time.Minute}.Run(ctx, func(ctx context.Context, _ int, _ int64) load.Sample {
+	load.ClosedLoop{Workers: k.Clients, Limit: 4 * k.Clients, Duration: time.Minute}.Run(ctx, func(ctx context.Context, _ int, _ int64) load.Sample {
 		s, _ := send(ctx)
 		return s
 	})
 	cell := sideCell{Path: t.name, sideKey: k, Stages: map[string]int{}, Cache: map[string]int{}, Reasons: map[string]int{}, Timing: map[string]float64{}}
+	m0, err := scrapeSide(ctx, t)
+	if err != nil {
+		return cell, err
+	}
 	cpu0, err := readCPU(t.pid)
 	if err != nil {
 		return cell, err
 	}
 	var mu sync.Mutex
 	start := time.Now()
-	load.ClosedLoop{Workers: k.Clients, Limit: se.requests, Duration: 2 * time.Minute}.Run(ctx, func(ctx context.Context, _ int, _ int64) load.Sample {
+	load.ClosedLoop{Workers: k.Clients, Limit: se.requests[k.Clients], Duration: 2 * time.Minute}.Run(ctx, func(ctx context.Context, _ int, _ int64) load.Sample {
 		s, lat := send(ctx)
 		mu.Lock()
 		cell.tally(s, lat)
@@ -232,6 +246,11 @@ func measureSideCell(ctx context.Context, se *sideEnv, t sideTarget, k sideKey) 
 		return cell, err
 	}
 	cell.CPUSec = cpu1.Sub(cpu0).Total().Seconds()
+	m1, err := scrapeSide(ctx, t)
+	if err != nil {
+		return cell, err
+	}
+	cell.Encoded = m1.Sum("triage_batcher_batch_size_sum") - m0.Sum("triage_batcher_batch_size_sum")
 	cell.Latency = stats.SummarizeFloats(append([]float64(nil), cell.lat...))
 	if cell.OK == 0 {
 		return cell, fmt.Errorf("no successful request: %s", cell.FirstErr)
@@ -262,6 +281,15 @@ func (c *sideCell) tally(s load.Sample, lat time.Duration) {
 	for name, ms := range parseServerTiming(s.Header.Get("Server-Timing")) {
 		c.Timing[name] += ms
 	}
+}
+
+// scrapeSide scrapes the target's metrics, or returns none for a target without them. A
+// scrape falls outside the CPU readings around the measured requests.
+func scrapeSide(ctx context.Context, t sideTarget) (promtext.Samples, error) {
+	if t.metrics == nil {
+		return nil, nil
+	}
+	return t.metrics(ctx)
 }
 
 // readCPU is the CPU time of pid so far; pid 0 (no process of its own) reads as zero.

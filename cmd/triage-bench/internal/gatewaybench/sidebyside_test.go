@@ -52,7 +52,7 @@ func sideFixture() []sideCell {
 			sideCell{Path: pathGoProxy, sideKey: k, OK: 100, CPUSec: 0.02, lat: ramp(100, 25.4+0.2*float64(rep)+shift, 0)},
 			sideCell{Path: pathMiss, sideKey: k, OK: 99, Failed: 1, CPUSec: 0.5, lat: ramp(99, 37+2*float64(rep)+shift, 0),
 				Stages: map[string]int{"static": 10 + 10*rep, "encoder": 80 - 10*rep}, Reasons: map[string]int{"fast_model": 90, "classifier_timeout": 9},
-				Timing: map[string]float64{"inference": 990}},
+				Timing: map[string]float64{"inference": 990}, Encoded: 85},
 		)
 	}
 	return cells
@@ -134,7 +134,7 @@ func TestParseServerTiming(t *testing.T) {
 func TestSideDetailIssueTable(t *testing.T) {
 	cells := sideFixture()
 	run := sideRun{Cells: cells, LoadAvg: []string{"1.00 0.50 0.25", "1.10 0.60 0.30"}, Replica: "in-process sim: test"}
-	cfg := &gatewayConfig{Bin: "bin/triage", SideClients: []int{1}, SideRepeats: 2, SideRequests: 100, Seed: 1}
+	cfg := &gatewayConfig{Bin: "bin/triage", SideClients: []int{1}, SideRepeats: 2, SideRequests: []int{100}, Seed: 1}
 	md := sideDetail(run, sideRows(cells), cfg, "side.yaml")
 	for _, want := range []string{
 		"| added to the replica's own latency, p50 (range over repeats) | 1 client(s), non-stream | 1 client(s), stream TTFT | CPU s per 1k requests (c1) |\n|---|---|---|---|\n",
@@ -144,7 +144,7 @@ func TestSideDetailIssueTable(t *testing.T) {
 		"| triage-miss | 1 | non-stream | 200 | 2 | 37 ms |",
 		"| 16.7% | 9.1% |",
 		"Load average (1, 5, 15 min) at the start and after each repeat: 1.00 0.50 0.25; 1.10 0.60 0.30.",
-		"| triage-miss | 1 | non-stream | 0.000 | 0.000 | 0.000 | 10.000 | 0.000 | classifier_timeout: 18, fast_model: 180 |",
+		"| triage-miss | 1 | non-stream | 0.000 | 0.000 | 0.000 | 10.000 | 0.000 | 170 / 150 | classifier_timeout: 18, fast_model: 180 |",
 	} {
 		require.Contains(t, md, want)
 	}

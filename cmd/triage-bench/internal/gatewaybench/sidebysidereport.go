@@ -47,6 +47,8 @@ type sideRow struct {
 	Cache      map[string]int     `json:"cache,omitempty"`
 	Reasons    map[string]int     `json:"reasons,omitempty"`
 	TimingMean map[string]float64 `json:"server_timing_mean_ms,omitempty"`
+	// Encoded is how many texts the encoder ran, answers waiting for them or not.
+	Encoded float64 `json:"encoder_texts_run"`
 }
 
 // cpuPer1k is the proxying process's CPU seconds per 1,000 requests; NaN for the direct
@@ -137,6 +139,7 @@ func foldSide(cells, direct []sideCell) sideRow {
 	for _, c := range cells {
 		lat = append(lat, c.lat...)
 		r.CPUSec += c.CPUSec
+		r.Encoded += c.Encoded
 		r.Requests += c.OK + c.Failed
 		r.Failed += c.Failed
 		ok += c.OK
@@ -267,10 +270,10 @@ func sideDetail(run sideRun, rows []sideRow, c *gatewayConfig, cfgPath string) s
 	fmt.Fprintf(&b, "One simulated replica (%s) serves inside triage-bench, so no other process stands between it and the client; its CPU is not measured. "+
 		"`triage-bench revproxy` (Go's httputil.ReverseProxy, 256 idle connections per host, SSE flushed at once) and the gateway (`%s`, config `%s`: both pools at the replica, every other setting the default, the shipped models) are child processes in front of it. "+
 		"Every request is a chat completion, model auto, one user message, max_tokens %d. Cache misses (and the direct and Go-proxy paths) send a Dolly instruction of any of the eight categories with a reference tag appended that no other request had, e.g. `%s`; cache hits cycle over %d such prompts warmed before the run. "+
-		"Each cell is %d requests after 2 warm-up requests per client, from closed-loop clients (Go net/http, keep-alive, fresh connections per cell); within a cell the paths run one after another in an order rotated from cell to cell; %d repeats. "+
+		"Each cell is %s requests (at %s clients) after 4 warm-up requests per client, from closed-loop clients (Go net/http, keep-alive, fresh connections per cell); within a cell the paths run one after another in an order rotated from cell to cell; %d repeats. "+
 		"Latency is to the end of the body (non-stream) or to the first SSE event (stream TTFT); added = the path's percentile minus the direct path's, in the same repeat for the ranges and over all repeats pooled for the verdicts. "+
 		"CPU is the proxying process's utime + stime from /proc/<pid>/stat (10 ms ticks) over the measured requests.\n\n",
-		run.Replica, c.Bin, cfgPath, sideMaxTokens, refTag(sideKey{Repeat: 1, Clients: 1}, c.Seed, 123), sideHitPrompts, c.SideRequests, c.SideRepeats)
+		run.Replica, c.Bin, cfgPath, sideMaxTokens, refTag(sideKey{Repeat: 1, Clients: 1}, c.Seed, 123), sideHitPrompts, joinInts(c.SideRequests, " / ", ""), joinInts(c.SideClients, " / ", ""), c.SideRepeats)
 	fmt.Fprintf(&b, "Load average (1, 5, 15 min) at the start and after each repeat: %s. A 10 ms timer in triage-bench fired late by p50 %s, p99 %s, max %s.\n\n",
 		strings.Join(run.LoadAvg, "; "), report.Millis(run.TimerLate.P50), report.Millis(run.TimerLate.P99), report.Millis(run.TimerLate.Max))
 	clients := c.SideClients
@@ -348,7 +351,8 @@ func writeSidePooled(b *strings.Builder, rows []sideRow) {
 // header (means over the answers): cache lookup, first stage, batcher queue, encoder,
 // decision, and the reasons it gave.
 func writeSideTiming(b *strings.Builder, rows []sideRow) {
-	b.WriteString("The gateway's own account (Server-Timing, mean ms per answer):\n\n| path | clients | mode | cache | static | queue | inference | decision | reasons |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("The gateway's own account (Server-Timing, mean ms per answer; texts its encoder ran over the cells, from its metrics, beside the answers the encoder decided: a text whose caller gave up at routing.classify_budget still runs once its batch has started):\n\n" +
+		"| path | clients | mode | cache | static | queue | inference | decision | encoder texts run / answers it decided | reasons |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if r.Path != pathHit && r.Path != pathMiss {
 			continue
@@ -358,8 +362,12 @@ func writeSideTiming(b *strings.Builder, rows []sideRow) {
 			mode = "stream"
 		}
 		t := r.TimingMean
-		fmt.Fprintf(b, "| %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %s |\n", r.Path, r.Clients, mode,
-			t["cache"], t["static"], t["queue"], t["inference"], t["decision"], report.Counts(r.Reasons))
+		decided := "—" // a hit's stage is its cached result's
+		if r.Path == pathMiss {
+			decided = fmt.Sprint(r.Stages["encoder"])
+		}
+		fmt.Fprintf(b, "| %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f / %s | %s |\n", r.Path, r.Clients, mode,
+			t["cache"], t["static"], t["queue"], t["inference"], t["decision"], r.Encoded, decided, report.Counts(r.Reasons))
 	}
 	for _, r := range rows {
 		if r.Failed > 0 {
