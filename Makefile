@@ -225,8 +225,8 @@ bench-fail-open: build
 # first token) direct, behind httputil.ReverseProxy and behind the gateway with cache hits and
 # with cache misses (Dolly instructions with a unique reference tag), 1 and 16 clients,
 # streamed and not, 3 alternating repeats; the load average before and after in uptime.txt.
-# About 3 minutes. Results in bench/results/side-by-side/.
-## the gateway beside a plain Go reverse proxy: added latency and CPU of cache hits and misses (about 3 minutes)
+# About 3.5 minutes. Results in bench/results/side-by-side/.
+## the gateway beside a plain Go reverse proxy: added latency and CPU of cache hits and misses (about 3.5 minutes)
 bench-side-by-side: build
 	mkdir -p bench/results/side-by-side
 	uptime > bench/results/side-by-side/uptime.txt
