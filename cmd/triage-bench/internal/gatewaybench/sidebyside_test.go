@@ -197,3 +197,12 @@ func TestRevProxyForwardsAndStreams(t *testing.T) {
 		next <- struct{}{}
 	}
 }
+
+// TestReportHeaderNamesWhoStartedTheGateway: a run of only the scenarios that start their
+// own gateways does not claim one gateway with the default config was ready after 0 s.
+func TestReportHeaderNamesWhoStartedTheGateway(t *testing.T) {
+	r := &GatewayReport{Command: "triage-bench gateway", Config: &gatewayConfig{Bin: "bin/triage"}}
+	require.Contains(t, r.Markdown(), "- Gateway: `bin/triage`, started as a subprocess on 127.0.0.1 by each scenario with its own config (see its section).")
+	r.Startup = 2.5
+	require.Contains(t, r.Markdown(), "- Gateway: `bin/triage`, config: built-in defaults (simulated pools), started as a subprocess on 127.0.0.1 (ready after 2.5 s).")
+}
