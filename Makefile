@@ -14,7 +14,7 @@ export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-aiperf train clean help
 
 ## the default: build
 all: build
@@ -220,6 +220,18 @@ bench-fail-open: build
 	  bin/triage-bench gateway --scenarios fail-open --fail-open-clients $$n --fail-open-budgets 50ms,150ms \
 	    --out bench/results/fail-open/$$n $(ARGS) || exit 1; \
 	done
+
+# The gateway beside a plain Go reverse proxy in one run: one simulated replica (20 ms to the
+# first token) direct, behind httputil.ReverseProxy and behind the gateway with cache hits and
+# with cache misses (Dolly instructions with a unique reference tag), 1 and 16 clients,
+# streamed and not, 3 alternating repeats; the load average before and after in uptime.txt.
+# About 3.5 minutes. Results in bench/results/side-by-side/.
+## the gateway beside a plain Go reverse proxy: added latency and CPU of cache hits and misses (about 3.5 minutes)
+bench-side-by-side: build
+	mkdir -p bench/results/side-by-side
+	uptime > bench/results/side-by-side/uptime.txt
+	bin/triage-bench gateway --scenarios side-by-side --out bench/results/side-by-side $(ARGS)
+	uptime >> bench/results/side-by-side/uptime.txt
 
 # The gateway's own cost as NVIDIA's aiperf measures it (docs/gateway.md, "Measure it yourself").
 ## the gateway's own cost as NVIDIA's aiperf measures it (bench/aiperf/measure.sh)

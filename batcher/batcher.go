@@ -141,12 +141,13 @@ func (b *Batcher[R]) SubmitTimed(ctx context.Context, text string) (R, Timing, e
 }
 
 // SubmitWithin is SubmitTimed for a caller that will not wait longer than within: a new text
-// is refused at once with ErrQueueFull when the texts already queued ahead of it would take
-// longer than within to clear (at the recent inference time per text), as MaxQueueDelay
-// refuses for everyone. Only the queue ahead counts, not the text's own inference: a text
-// reaching an empty queue is always taken, so even a text slower than within is classified
-// (and the estimate keeps learning). A text joining an identical one in flight is never
-// refused. within <= 0 applies MaxQueueDelay alone.
+// is refused at once with ErrQueueFull when it would not be done within, at the recent
+// inference time per text: what is left of the batches running, the texts queued ahead of
+// it and its own inference. Otherwise its batch would end after its caller has gone, and the
+// encoder would have run it for nobody. A text reaching an idle batcher (nothing queued,
+// nothing running) is always taken, so even a text slower than within is classified (and the
+// estimate keeps learning). A text joining an identical one in flight is never refused.
+// within <= 0 applies MaxQueueDelay alone, as for everyone.
 func (b *Batcher[R]) SubmitWithin(ctx context.Context, text string, within time.Duration) (R, Timing, error) {
 	var zero R
 	if err := ctx.Err(); err != nil {
@@ -258,7 +259,8 @@ type dispatcher[R any] struct {
 	queue    []*entry[R] // FIFO of queued and dropped entries; queue[0] is queued when live > 0
 	live     int         // queued (not dropped) entries in queue
 	inflight map[string]*entry[R]
-	running  int // batches running
+	running  int         // batches running
+	runs     []*batch[R] // the batches running, for the work they have left
 	done     chan *batch[R]
 	wg       sync.WaitGroup // batch goroutines
 
@@ -339,10 +341,11 @@ func (d *dispatcher[R]) handle(o op[R]) {
 	d.live++
 }
 
-// tooSlow reports whether a new text would wait longer than MaxQueueDelay (the texts ahead
-// of it and itself), or than the caller's within (the texts ahead of it only), at the recent
-// inference cost per text shared by the workers. A bounded count alone does not bound
-// latency, since the classifier's speed depends on text lengths and the machine.
+// tooSlow reports whether a new text would wait longer than MaxQueueDelay (the texts queued
+// ahead of it and itself), or be done later than the caller's within (the work left in the
+// running batches, the texts queued ahead and itself), at the recent inference cost per text
+// shared by the workers. A bounded count alone does not bound latency, since the
+// classifier's speed depends on text lengths and the machine.
 func (d *dispatcher[R]) tooSlow(within time.Duration) bool {
 	if d.perText == 0 {
 		return false
@@ -351,7 +354,21 @@ func (d *dispatcher[R]) tooSlow(within time.Duration) bool {
 	if max := d.b.cfg.MaxQueueDelay; max > 0 && d.perText*float64(d.live+1)/workers > max.Seconds() {
 		return true
 	}
-	return within > 0 && d.live > 0 && d.perText*float64(d.live)/workers > within.Seconds()
+	if within <= 0 || (d.live == 0 && d.running == 0) {
+		return false // an idle batcher takes any text, however slow
+	}
+	return (d.runningLeft()+d.perText*float64(d.live+1))/workers > within.Seconds()
+}
+
+// runningLeft is the inference seconds the running batches have left by the estimate: each
+// batch's texts at the recent cost per text, less the time it has run; never below zero.
+func (d *dispatcher[R]) runningLeft() float64 {
+	now := d.b.clock.Now()
+	left := 0.0
+	for _, bt := range d.runs {
+		left += max(0, d.perText*float64(len(bt.texts))-now.Sub(bt.start).Seconds())
+	}
+	return left
 }
 
 // cancel forgets a waiter whose caller has gone. A queued text left without waiters is dropped;
@@ -448,6 +465,7 @@ func (d *dispatcher[R]) launch(bt *batch[R]) {
 	}
 	d.b.m.batchSize.Observe(float64(len(bt.entries)))
 	d.running++
+	d.runs = append(d.runs, bt)
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -460,6 +478,7 @@ func (d *dispatcher[R]) launch(bt *batch[R]) {
 // finish delivers a completed batch to every waiter still there.
 func (d *dispatcher[R]) finish(bt *batch[R]) {
 	d.running--
+	d.runs = slices.DeleteFunc(d.runs, func(r *batch[R]) bool { return r == bt })
 	took := bt.end.Sub(bt.start).Seconds()
 	d.b.m.inference.Observe(took)
 	if n := len(bt.texts); n > 0 && bt.err == nil {

@@ -464,8 +464,10 @@ func TestMaxQueueDelay(t *testing.T) {
 	}
 }
 
-// TestSubmitWithin: a caller's own bound refuses a text that MaxQueueDelay would admit, and
-// leaves the other callers to MaxQueueDelay.
+// TestSubmitWithin: a caller's own bound refuses a text that would be done after it (the work
+// left in the running batch, the texts queued ahead and its own inference), which
+// MaxQueueDelay would admit; it leaves the other callers to MaxQueueDelay, never refuses a
+// join, and an idle batcher takes any text.
 func TestSubmitWithin(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxBatch, cfg.QueueSize, cfg.MaxQueueDelay = 4, 1000, time.Second
@@ -479,38 +481,55 @@ func TestSubmitWithin(t *testing.T) {
 
 	h.submit(context.Background(), "running")
 	running := h.nextCall()
-	// An empty queue takes any text: its own inference does not count against the bound,
-	// so even a text slower than the caller's budget is classified.
-	var queued []<-chan outcome
-	slowText := make(chan error, 1)
-	go func() {
-		_, _, err := h.b.SubmitWithin(context.Background(), "q1", 50*time.Millisecond)
-		slowText <- err
-	}()
-	h.waitQueueLen(1)
-	queued = append(queued, h.submitAll("q2")...)
-	h.waitQueueLen(2)
-	// q3 would wait behind about 200ms of texts: too long for a 150ms bound, fine for
-	// MaxQueueDelay.
-	_, _, err := h.b.SubmitWithin(context.Background(), "q3", 150*time.Millisecond)
+	// With the running text's 100ms left, a new text would be done after 200ms: too late
+	// for a 150ms bound, though nothing is queued.
+	_, _, err := h.b.SubmitWithin(context.Background(), "q1", 150*time.Millisecond)
 	require.ErrorIs(t, err, ErrQueueFull)
 	require.Equal(t, 1.0, h.metric("triage_batcher_rejected_total"))
-	queued = append(queued, h.submitAll("q3")...)
+
+	// 60ms later the running text has 40ms left: done after 140ms, within 150ms.
+	h.clock.Advance(60 * time.Millisecond)
+	var queued []chan error
+	within := func(text string, d time.Duration) {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := h.b.SubmitWithin(context.Background(), text, d)
+			done <- err
+		}()
+		queued = append(queued, done)
+	}
+	within("q1", 150*time.Millisecond)
+	h.waitQueueLen(1)
+	within("q2", 250*time.Millisecond) // 40ms + q1 + itself = 240ms
+	h.waitQueueLen(2)
+	// q3 would be done after 340ms: too late for 250ms, fine for MaxQueueDelay.
+	_, _, err = h.b.SubmitWithin(context.Background(), "q3", 250*time.Millisecond)
+	require.ErrorIs(t, err, ErrQueueFull)
+	require.Equal(t, 2.0, h.metric("triage_batcher_rejected_total"))
+	plain := h.submitAll("q3")
 	h.waitQueueLen(3)
 
 	// Joining an identical text in flight is never refused.
-	joined := make(chan error, 1)
-	go func() {
-		_, _, err := h.b.SubmitWithin(context.Background(), "q1", time.Millisecond)
-		joined <- err
-	}()
+	within("q1", time.Millisecond)
 	h.waitFor("the join", func() bool { return h.metric("triage_batcher_dedup_total") == 1 })
 
 	running.ok()
-	h.nextCall().ok()
-	for _, o := range queued {
-		require.NoError(t, recv(t, o).err)
+	next := h.nextCall()
+	require.Equal(t, []string{"q1", "q2", "q3"}, next.texts)
+	next.ok()
+	for _, q := range queued {
+		require.NoError(t, <-q)
 	}
-	require.NoError(t, <-slowText)
-	require.NoError(t, <-joined)
+	require.NoError(t, recv(t, plain[0]).err)
+
+	// Idle again: a text is taken however slow, its own inference (about 74ms by now) not
+	// counted against a bound nobody is ahead of.
+	slow := make(chan error, 1)
+	go func() {
+		_, _, err := h.b.SubmitWithin(context.Background(), "slow", time.Millisecond)
+		slow <- err
+	}()
+	h.nextCall().ok()
+	require.NoError(t, <-slow)
+	require.Equal(t, 2.0, h.metric("triage_batcher_rejected_total"))
 }

@@ -29,8 +29,8 @@
 // /v1/classify endpoint).
 //
 // The classifier never fails a routed request: Route waits for the encoder at most
-// routing.classify_budget (a text that would queue behind more than that is not queued at
-// all), and when the budget runs out, the queue is full or a batch fails, routing.fallback
+// routing.classify_budget (a text that would not be done within it, counting the running
+// batch, the texts queued ahead and its own inference, is not queued at all), and when the budget runs out, the queue is full or a batch fails, routing.fallback
 // places the request (reasons classifier_timeout, classifier_busy, classifier_unavailable)
 // or, with reject, returns the error. A queued text keeps its place in the batcher: its
 // submission is carried by the router's lifetime, not the request's, so it is classified and

@@ -39,9 +39,10 @@ const maxClassifyBudget = time.Minute
 // name it asks for. In the gateway's YAML it is the top-level section routing.
 type RoutingConfig struct {
 	// ClassifyBudget is the longest a routed request (chat, completions, query-process)
-	// waits for the encoder (batcher queue and inference). A text that would queue behind
-	// more than a budget's worth of texts is not queued (classifier_busy, at once); one
-	// reaching an empty queue always is, however slow. When the budget runs out the
+	// waits for the encoder (batcher queue and inference). A text that would not be done
+	// within the budget (the running batch's rest, the texts queued ahead and its own
+	// inference, at the recent time per text) is not queued (classifier_busy, at once); one
+	// reaching an idle batcher always is, however slow. When the budget runs out the
 	// request is routed by Fallback (classifier_timeout) and its classification, not
 	// cancelled, fills the result cache, so the next identical text is decided by the model.
 	// 0 waits as long as the request may (server.request_timeout) and leaves admission to

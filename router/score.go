@@ -282,10 +282,11 @@ func (r *Router) store(key, text string, c cached) {
 
 // submit hands text to the batcher and waits for its result. Without a budget the wait is
 // the caller's: it ends with ctx, and a text left without waiters before its batch starts is
-// dropped by the batcher. With one, a text that would queue behind more than the budget's
-// worth of texts is not queued at all (ErrQueueFull at once: waiting for what cannot come in
-// time would only delay the fallback and spend the encoder on a text nobody waits for; a
-// text reaching an empty queue is always taken, however slow); one that is queued is
+// dropped by the batcher. With one, a text that would not be done within the budget (the
+// running batch's rest, the texts queued ahead and its own inference) is not queued at all
+// (ErrQueueFull at once: waiting for what cannot come in time would only delay the fallback
+// and spend the encoder on a text nobody waits for; a text reaching an idle batcher is always
+// taken, however slow); one that is queued is
 // detached from ctx and carried by the router's lifetime instead, so if the caller stops
 // waiting (budget spent or ctx done) it is still classified, and runBatch caches it. The
 // caller stops waiting with ErrBudgetExceeded (Timing.Queue the budget) once budget has

@@ -4,6 +4,7 @@
 //	triage-bench gateway [flags]    gateway benchmarks against a bin/triage subprocess
 //	triage-bench fleet [flags]      fleet mode: gateways, Redis and replicas as processes
 //	triage-bench hello [flags]      bare net/http hello-world server, the HTTP baseline
+//	triage-bench revproxy [flags]   Go's httputil.ReverseProxy, the plain-proxy baseline
 //
 // Every run is bounded in time and request count, and all traffic stays on
 // 127.0.0.1. Run a subcommand with -h for its flags.
@@ -54,12 +55,15 @@ Commands:
              report TTFT, E2E, SLO attainment, prefix-cache hit rate,
              per-replica load and Jain's index
   gateway    start bin/triage as a subprocess and run the gateway scenarios
-             (seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost)
+             (seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost;
+             fail-open and side-by-side when named)
   fleet      start redis-server, mockllm replicas and 1 or 3 gateways as processes
              and measure fleet mode against one gateway: shared slow slots,
              result-cache hit rate, prefix affinity, added latency, and the
              kill -9 and Redis outage drills
   hello      serve a bare net/http hello world (the HTTP baseline of conc-hit)
+  revproxy   serve Go's httputil.ReverseProxy in front of one URL (the
+             plain-proxy baseline of side-by-side)
 
 Run "triage-bench <command> -h" for a command's flags and defaults.
 `
@@ -78,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return drills.Run(ctx, args[1:], stdout, stderr)
 	case "hello":
 		return gatewaybench.RunHello(ctx, args[1:], stderr)
+	case "revproxy":
+		return gatewaybench.RunRevProxy(ctx, args[1:], stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	simulate := fs.Bool("simulate", false, "start the built-in simulated fast and slow pools (sim.enabled): every answer is made up; for demos and tests, never with configured replicas")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as YAML (secrets redacted) and exit")
 	printExample := fs.Bool("print-example", false, "print the commented example configuration (every setting with its default) and exit")
+	pprofAddr := fs.String("pprof", "", "serve Go's runtime profiles (net/http/pprof, under /debug/pprof/) at this loopback address, e.g. 127.0.0.1:6060, for profiling; empty: off")
 	healthcheck := fs.Bool("healthcheck", false, "GET /healthz of the gateway at the configured listen address (127.0.0.1 for a wildcard host) and exit 0 if it answers 200, else 1: the image's HEALTHCHECK")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,12 +105,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, r := range renamed {
 		log.Warn("deprecated setting name: it still works, but use the new one", "old", r[0], "new", r[1])
 	}
-	return serve(ctx, cfg, log)
+	return serve(ctx, cfg, log, *pprofAddr)
 }
 
 // serve builds the parts and runs them in the lifecycle's order (lifecycle.go).
-func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, pprofAddr string) error {
 	var backends []backend
+	if pprofAddr != "" {
+		p, err := listenPprof(pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer p.ln.Close() // Run closes it; this covers a failed build
+		backends = append(backends, p)
+		log.Info("serving runtime profiles", "addr", p.Addr().String(), "path", "/debug/pprof/")
+	}
 	if cfg.Sim.Enabled {
 		locals, err := listenBuiltin(&cfg, log)
 		if err != nil {

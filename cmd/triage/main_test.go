@@ -27,7 +27,7 @@ func runArgs(t *testing.T, args ...string) (string, error) {
 func TestHelpDocumentsFlagsEnvRuleAndEverySetting(t *testing.T) {
 	out, err := runArgs(t, "--help")
 	require.NoError(t, err)
-	for _, want := range []string{"-config", "-listen", "127.0.0.1:8080", "-print-config", "config/example.yaml", "TRIAGE_CONFIG", "TRIAGE_DECISION_ALPHA"} {
+	for _, want := range []string{"-config", "-listen", "127.0.0.1:8080", "-print-config", "-pprof", "config/example.yaml", "TRIAGE_CONFIG", "TRIAGE_DECISION_ALPHA"} {
 		require.Contains(t, out, want)
 	}
 	for _, v := range config.EnvVars() {

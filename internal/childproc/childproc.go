@@ -63,6 +63,9 @@ func Start(bin string, args []string, opts Options) (*Proc, error) {
 	return p, nil
 }
 
+// Pid is the child's process id, for reading its /proc entries (a benchmark's CPU time).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Exited is closed once the child has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
 

@@ -22,8 +22,9 @@ import (
 var gatewayScenarios = []string{"seq-miss", "conc-miss", "conc-hit", "overload", "query-process", "proxy-cost"}
 
 // extraScenarios run only when --scenarios names them (fail-open starts eleven gateways and
-// takes about five minutes: make bench-fail-open), after the default ones.
-var extraScenarios = []string{"fail-open"}
+// takes about five minutes: make bench-fail-open; side-by-side about four: make
+// bench-side-by-side), after the default ones.
+var extraScenarios = []string{"fail-open", "side-by-side"}
 
 // knownScenarios lists every scenario --scenarios accepts.
 func knownScenarios() []string { return slices.Concat(gatewayScenarios, extraScenarios) }
@@ -52,12 +53,19 @@ type gatewayConfig struct {
 	FailOpenClients int             `json:"fail_open_clients"`
 	FailOpenWords   int             `json:"fail_open_words"`
 	FailOpenBudgets []time.Duration `json:"fail_open_budgets_ns"`
-	RequestTimeout  time.Duration   `json:"request_timeout_ns"`
-	StartupTimeout  time.Duration   `json:"startup_timeout_ns"`
+	// SideClients, SideRepeats and SideRequests shape the side-by-side scenario.
+	SideClients    []int         `json:"side_clients"`
+	SideRepeats    int           `json:"side_repeats"`
+	SideRequests   []int         `json:"side_requests"` // per cell, one for each of SideClients
+	RequestTimeout time.Duration `json:"request_timeout_ns"`
+	StartupTimeout time.Duration `json:"startup_timeout_ns"`
 
 	dolly string
 	out   string
 }
+
+// ownGateway are the scenarios that start gateways of their own, after the others.
+var ownGateway = []string{"proxy-cost", "fail-open", "side-by-side"}
 
 // scenarioDefaults are the durations used when --duration is 0.
 var scenarioDefaults = map[string]time.Duration{
@@ -100,6 +108,12 @@ waits for /readyz and runs the scenarios, each bounded in time and count:
   proxy-cost     streaming /v1/chat/completions TTFT through a second gateway
                  whose pools point at an in-process zero-latency mockllm,
                  minus TTFT direct to it (1 and 8 clients)
+  side-by-side   (only when named) one simulated replica (20 ms to first
+                 token) direct, behind Go's httputil.ReverseProxy and behind the
+                 gateway with cache hits and with cache misses (Dolly
+                 instructions with a unique reference tag), at --side-clients,
+                 non-streamed and streamed, --side-repeats alternating repeats:
+                 added latency p50/p99, CPU per 1,000 requests, the goals
   fail-open      (only when named) %d clients, streaming chat with a new ~256-token prompt
                  each, direct to an in-process mockllm and through a gateway
                  per variant (before fail-open, and each --fail-open-budgets;
@@ -115,7 +129,11 @@ func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) 
 	scenarios := strings.Join(gatewayScenarios, ",")
 	proxyClients := "1,8"
 	budgets := "50ms"
+	sideClients, sideRequests := "1,16", "200,800"
 	c.bindFlags(fs, &scenarios, &proxyClients)
+	fs.StringVar(&sideClients, "side-clients", sideClients, "comma-separated client counts of side-by-side (the p50 goal is checked at the smallest, the p99 and CPU goals at the largest)")
+	fs.IntVar(&c.SideRepeats, "side-repeats", 3, "alternating repeats of side-by-side")
+	fs.StringVar(&sideRequests, "side-requests", sideRequests, "comma-separated measured requests per side-by-side cell (path, client count, mode, repeat), one for each of --side-clients")
 	fs.IntVar(&c.FailOpenClients, "fail-open-clients", 32, "concurrent clients of fail-open")
 	fs.IntVar(&c.FailOpenWords, "fail-open-words", 190, "words of every fail-open prompt (about 190 words is 256 word pieces)")
 	fs.StringVar(&budgets, "fail-open-budgets", budgets, "comma-separated routing.classify_budget values fail-open measures (each with fallback fast), beside the behaviour before fail-open")
@@ -131,6 +149,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) 
 	}
 	errs := c.setLists(scenarios, proxyClients)
 	errs = append(errs, c.setBudgets(budgets)...)
+	errs = append(errs, c.setSideLists(sideClients, sideRequests)...)
 	errs = append(errs, c.validate()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -145,7 +164,7 @@ func (c *gatewayConfig) bindFlags(fs *flag.FlagSet, scenarios, proxyClients *str
 	fs.StringVar(&c.Bin, "triage-bin", "bin/triage", "gateway binary to start (build it with: go build -o bin/ ./cmd/...)")
 	fs.StringVar(&c.Config, "config", "", "gateway config for the scenarios other than proxy-cost (empty: built-in defaults and simulated pools)")
 	fs.StringVar(&c.Workdir, "workdir", ".", "working directory of the gateway (its default model paths are relative to the repository root)")
-	fs.StringVar(scenarios, "scenarios", *scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(knownScenarios(), ", ")+" (fail-open only when named)")
+	fs.StringVar(scenarios, "scenarios", *scenarios, "comma-separated scenarios to run, in this order: "+strings.Join(knownScenarios(), ", ")+" (fail-open and side-by-side only when named)")
 	fs.DurationVar(&c.Duration, "duration", 0, "length of every scenario; 0 means each scenario's default (seq-miss, conc-miss 10s; conc-hit 10s for the gateway and 10s for the baseline; overload 15s; query-process 20s; proxy-cost 10s per client count)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the text order and of the overload arrivals")
 	fs.IntVar(&c.SeqRequests, "seq-requests", 2000, "cap on seq-miss requests")
@@ -194,6 +213,35 @@ func (c *gatewayConfig) setLists(scenarios, proxyClients string) []error {
 	return errs
 }
 
+// setSideLists parses the comma-separated --side-clients and --side-requests into c: as
+// many request counts as client counts.
+func (c *gatewayConfig) setSideLists(clients, requests string) []error {
+	var errs []error
+	for _, l := range []struct {
+		flag, list string
+		into       *[]int
+	}{{"side-clients", clients, &c.SideClients}, {"side-requests", requests, &c.SideRequests}} {
+		for _, p := range strings.Split(l.list, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("gateway: --%s: %q is not a count >= 1", l.flag, p))
+				continue
+			}
+			*l.into = append(*l.into, n)
+		}
+	}
+	switch {
+	case len(c.SideClients) == 0:
+		errs = append(errs, errors.New("gateway: --side-clients is empty"))
+	case len(errs) == 0 && len(c.SideRequests) != len(c.SideClients):
+		errs = append(errs, fmt.Errorf("gateway: --side-requests has %d counts, want one for each of the %d --side-clients", len(c.SideRequests), len(c.SideClients)))
+	}
+	return errs
+}
+
 // proc is how gatewayproc starts the gateway under test.
 func (c *gatewayConfig) proc() gatewayproc.Config {
 	return gatewayproc.Config{Bin: c.Bin, Workdir: c.Workdir, StartupTimeout: c.StartupTimeout}
@@ -227,7 +275,8 @@ func (c *gatewayConfig) validate() []error {
 		v    int
 	}{{"seq-requests", c.SeqRequests}, {"miss-clients", c.MissClients}, {"hit-clients", c.HitClients},
 		{"hit-texts", c.HitTexts}, {"overload-max-in-flight", c.OverloadFlight}, {"qp-clients", c.QPClients}, {"qp-texts", c.QPTexts},
-		{"fail-open-clients", c.FailOpenClients}, {"fail-open-words", c.FailOpenWords}} {
+		{"fail-open-clients", c.FailOpenClients}, {"fail-open-words", c.FailOpenWords},
+		{"side-repeats", c.SideRepeats}} {
 		if f.v < 1 {
 			errs = append(errs, fmt.Errorf("gateway: --%s must be >= 1, got %d", f.name, f.v))
 		}
@@ -304,7 +353,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	env := &gwEnv{cfg: c, rows: rows, misses: misses, logDir: logDir, stderr: stderr}
 	rep := &GatewayReport{Command: report.CommandLine("gateway", args), Machine: report.DescribeMachine(), Config: c}
 
-	needMain := slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "proxy-cost" && s != "fail-open" })
+	needMain := slices.ContainsFunc(c.Scenarios, func(s string) bool { return !slices.Contains(ownGateway, s) })
 	if needMain {
 		logPath := filepath.Join(logDir, "gateway.log")
 		fmt.Fprintf(stderr, "starting %s (log %s) ...\n", c.Bin, logPath)
@@ -323,20 +372,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	// These two start their own gateways.
+	// These start their own gateways.
 	for _, sc := range []struct {
 		name string
 		fn   func(context.Context, *gwEnv) (report.Scenario, error)
-	}{{"proxy-cost", scenarioProxyCost}, {"fail-open", scenarioFailOpen}} {
+	}{{"proxy-cost", scenarioProxyCost}, {"fail-open", scenarioFailOpen}, {"side-by-side", scenarioSideBySide}} {
 		name, fn := sc.name, sc.fn
 		if !slices.Contains(c.Scenarios, name) {
 			continue
 		}
 		fmt.Fprintf(stderr, "scenario %s ...\n", name)
+		start := time.Now()
 		res, err := fn(ctx, env)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		res.Wall = time.Since(start).Seconds()
 		rep.Scenarios = append(rep.Scenarios, res)
 	}
 	return rep.Write(stdout, stderr, c.out)

@@ -26,7 +26,7 @@ func TestParseGatewayFlags(t *testing.T) {
 	_, err = parseGatewayFlags([]string{"--scenarios", "x", "--proxy-clients", "0", "--qp-ramp", "1", "--hit-texts", "0"}, io.Discard)
 	require.Error(t, err)
 	require.Equal(t, []string{
-		`gateway: unknown scenario "x" (want seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost, fail-open)`,
+		`gateway: unknown scenario "x" (want seq-miss, conc-miss, conc-hit, overload, query-process, proxy-cost, fail-open, side-by-side)`,
 		`gateway: --proxy-clients: "0" is not a count >= 1`,
 		"gateway: --scenarios is empty",
 		"gateway: --hit-texts must be >= 1, got 0",
@@ -44,6 +44,22 @@ func TestParseGatewayFlags(t *testing.T) {
 		`gateway: --fail-open-budgets: "50" is not a duration > 0`,
 		"gateway: --fail-open-words must be >= 1, got 0",
 	}, strings.Split(err.Error(), "\n"))
+
+	c, err = parseGatewayFlags([]string{"--scenarios", "side-by-side"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 16}, c.SideClients)
+	require.Equal(t, 3, c.SideRepeats)
+	require.Equal(t, []int{200, 800}, c.SideRequests)
+	_, err = parseGatewayFlags([]string{"--side-clients", "1,x", "--side-repeats", "0", "--side-requests", "-1"}, io.Discard)
+	require.Equal(t, []string{
+		`gateway: --side-clients: "x" is not a count >= 1`,
+		`gateway: --side-requests: "-1" is not a count >= 1`,
+		"gateway: --side-repeats must be >= 1, got 0",
+	}, strings.Split(err.Error(), "\n"))
+	_, err = parseGatewayFlags([]string{"--side-clients", "1,4,16", "--side-requests", "100,200"}, io.Discard)
+	require.ErrorContains(t, err, "gateway: --side-requests has 2 counts, want one for each of the 3 --side-clients")
+	_, err = parseGatewayFlags([]string{"--side-clients", ","}, io.Discard)
+	require.ErrorContains(t, err, "gateway: --side-clients is empty")
 
 	_, err = parseGatewayFlags([]string{"extra"}, io.Discard)
 	require.ErrorContains(t, err, "unexpected arguments")

@@ -27,7 +27,11 @@ func (r *GatewayReport) Markdown() string {
 	if r.Config.Config != "" {
 		cfg = r.Config.Config
 	}
-	fmt.Fprintf(&b, "- Gateway: `%s`, config: %s, started as a subprocess on 127.0.0.1 (ready after %.1f s). The load generator (this program, Go net/http, keep-alive) runs on the same CPUs.\n\n", r.Config.Bin, cfg, r.Startup)
+	if r.Startup > 0 {
+		fmt.Fprintf(&b, "- Gateway: `%s`, config: %s, started as a subprocess on 127.0.0.1 (ready after %.1f s). The load generator (this program, Go net/http, keep-alive) runs on the same CPUs.\n\n", r.Config.Bin, cfg, r.Startup)
+	} else { // only scenarios that start gateways of their own ran
+		fmt.Fprintf(&b, "- Gateway: `%s`, started as a subprocess on 127.0.0.1 by each scenario with its own config (see its section). The load generator (this program, Go net/http, keep-alive) runs on the same CPUs.\n\n", r.Config.Bin)
+	}
 	report.WriteScenarios(&b, r.Scenarios)
 	return b.String()
 }

@@ -69,6 +69,9 @@ func Start(ctx context.Context, c Config, configPath, logPath string) (*Gateway,
 	return nil, fmt.Errorf("gateway not ready after %s; last log lines:\n%s", c.StartupTimeout, p.Tail(20))
 }
 
+// Pid is the gateway's process id (its CPU time is in /proc/<pid>/stat).
+func (g *Gateway) Pid() int { return g.p.Pid() }
+
 // Alive reports whether the gateway process still runs.
 func (g *Gateway) Alive() bool { return g.p.Alive() }
 
