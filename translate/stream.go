@@ -36,9 +36,10 @@ type Stream struct {
 	data    []byte // the current event's data
 	long    bool   // the current line outgrew maxLine
 	started bool
-	block   int    // index of the open content block; -1 when none is open
-	kind    string // "text" or "tool_use" while a block is open
-	tool    int    // the chat tool call index of the open tool_use block
+	block   int      // index of the open content block; -1 when none is open
+	kind    string   // "text" or "tool_use" while a block is open
+	tool    int      // the chat tool call index of the open tool_use block
+	args    [][]byte // each tool_use block's arguments so far, for the stop reason
 	id      string
 	model   string
 	finish  string
@@ -158,9 +159,11 @@ func (s *Stream) chunk(payload []byte) {
 			if s.kind != "tool_use" || s.tool != idx {
 				s.open("tool_use", map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Function.Name, "input": map[string]any{}})
 				s.tool = idx
+				s.args = append(s.args, nil)
 			}
 			if tc.Function.Arguments != "" {
 				s.delta(map[string]any{"type": "input_json_delta", "partial_json": tc.Function.Arguments})
+				s.args[len(s.args)-1] = append(s.args[len(s.args)-1], tc.Function.Arguments...)
 			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
@@ -206,7 +209,7 @@ func (s *Stream) end() {
 		s.start()
 	}
 	s.close()
-	reason, seq := StopReason(s.finish, s.matched, s.req)
+	reason, seq := StopReason(s.finish, s.matched, s.req, callsOf(s.args))
 	s.emit("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq}, "usage": usageOf(s.usage)})
 	s.emit("message_stop", map[string]string{"type": "message_stop"})
