@@ -29,7 +29,8 @@ func responseNotFound(id, param string) *apiError {
 }
 
 // homeUnavailable maps DoOn's errors for a response's home replica: gone from the pool's
-// configuration (its state is lost: 404), or unavailable now (503, it may come back).
+// configuration (its state is lost: 404), or unavailable now, a refused connection included
+// (503, it may come back).
 func homeUnavailable(err error, id, param string, home responseHome) error {
 	switch {
 	case errors.Is(err, upstream.ErrUnknownReplica):
@@ -37,7 +38,7 @@ func homeUnavailable(err error, id, param string, home responseHome) error {
 			message: fmt.Sprintf("Response with id %s not found: replica %s/%s that stored it is no longer configured", clip(id), home.Pool, home.Replica)}
 	case errors.Is(err, upstream.ErrReplicaUnavailable):
 		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "replica_unavailable", param: param,
-			message:    fmt.Sprintf("replica %s/%s, which stores response %s, is unavailable (unhealthy, ejected or full); retry later", home.Pool, home.Replica, clip(id)),
+			message:    fmt.Sprintf("replica %s/%s, which stores response %s, is unavailable (unreachable, unhealthy, ejected or full); retry later", home.Pool, home.Replica, clip(id)),
 			retryAfter: "1"}
 	}
 	return err
@@ -122,6 +123,9 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 	if in.previous != "" {
 		c.Set(HeaderAffinity, "previous_response_id")
 		resp, err = r.Pool.DoOn(dl.ctx, home.Replica, fr)
+		if err != nil {
+			c.Set(HeaderReplica, home.Replica) // whatever the failure, the one replica it could go to
+		}
 		err = homeUnavailable(err, in.previous, "previous_response_id", home)
 	} else {
 		resp, err = r.Pool.Do(dl.ctx, fr)
@@ -232,9 +236,7 @@ func (s *Server) handleResponseByID(c *fiber.Ctx, _ *request) error {
 	}
 	resp, err := pool.DoOn(dl.ctx, home.Replica, &upstream.ForwardRequest{Method: method, Path: path, Header: header})
 	if err != nil {
-		if rid := failedReplica(err); rid != "" {
-			c.Set(HeaderReplica, rid)
-		}
+		c.Set(HeaderReplica, home.Replica)
 		return dl.err(homeUnavailable(err, id, "response_id", home))
 	}
 	defer resp.Body.Close()
