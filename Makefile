@@ -91,7 +91,7 @@ FUZZ_TARGETS := \
 	server:FuzzDecodeMessages server:FuzzDecodeResponses \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
-	translate:FuzzStream translate:FuzzChatToMessage
+	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation
 
 ## fuzz every Fuzz target for FUZZTIME (20s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup
