@@ -19,6 +19,8 @@ Checked:
 - a three-turn previous_response_id chain and a fourth, streamed turn: each turn 200 on the
   replica that stored the previous one (x-router-replica, x-router-affinity), each continuing
   the one before (previous_response_id, a growing prompt), and GET by id from that replica;
+- a Responses request translated to chat for the chat-only pool, compared with the native
+  answer, streamed and not;
 - the same Messages request, greedy, native and translated, compared field by field,
   streamed and not;
 - a forced tool call (tool_choice naming the tool) and its tool_result turn, native and
@@ -148,10 +150,58 @@ def test_responses_chain_stays_on_its_replica(oai, engines):
     assert oai.responses.retrieve(prev).previous_response_id is not None
 
 
-def test_responses_to_a_chat_only_pool_is_refused(oai):
-    with pytest.raises(openai.BadRequestError) as e:
-        oai.responses.create(model=CHAT, input=PROMPT, max_output_tokens=2)
-    assert e.value.body["code"] == "api_not_supported"
+def test_responses_translated_for_a_chat_only_pool(oai):
+    """The same greedy Responses request to vLLM's /v1/responses (pool fast, on store-0) and
+    translated to its /v1/chat/completions (pool slow, store-0): the same status, output items,
+    output tokens and instructions, and a stream's events the same types in the same order.
+
+    One difference is vLLM's own: its /v1/responses tokenizes the rendered chat template with
+    add_special_tokens=True (vLLM 0.32's ResponsesRequest.build_tok_params leaves it at
+    TokenizeParams' default), so tiny-llama's prompt gets a second BOS before the one its
+    template writes; its /v1/chat/completions leaves add_special_tokens False. The native prompt
+    is one token longer (59 against 58 here), and greedy decoding from it writes other text.
+    So the translated text is compared with vLLM's chat completion of the same messages, which
+    it must equal. The translated response is not stored: a continuation of it is 404."""
+    instructions, text = "Answer in one line.", "Tell me about the harbour at night, the ships and the gulls."
+    kwargs = dict(instructions=instructions, input=[{"role": "user", "content": text}], max_output_tokens=6, temperature=0)
+    native = on_store0(lambda: oai.responses.with_raw_response.create(model=NATIVE, **kwargs))
+    translated = oai.responses.with_raw_response.create(model=CHAT, **kwargs)
+    assert translated.headers["x-router-translated"] == "chat" and "x-router-translated" not in native.headers
+    assert translated.headers["x-router-replica"] == "store-0"
+    n, t = native.parse(), translated.parse()
+    assert t.object == n.object == "response" and t.model == n.model
+    assert t.status == n.status == "incomplete" and t.incomplete_details.reason == n.incomplete_details.reason
+    assert [o.type for o in t.output] == [o.type for o in n.output] == ["message"]
+    assert [c.type for c in t.output[0].content] == [c.type for c in n.output[0].content] == ["output_text"]
+    assert t.usage.output_tokens == n.usage.output_tokens == 6
+    assert t.usage.input_tokens == n.usage.input_tokens - 1, "vLLM's doubled BOS, above"
+    assert t.instructions == n.instructions == instructions
+    assert t.store is False
+    chat = oai.chat.completions.create(model=CHAT, max_tokens=6, temperature=0, messages=[
+        {"role": "system", "content": instructions}, {"role": "user", "content": text}])
+    assert t.output_text == chat.choices[0].message.content and t.output_text
+    assert t.usage.input_tokens == chat.usage.prompt_tokens
+    with pytest.raises(openai.NotFoundError) as e:
+        oai.responses.create(model=NATIVE, input="more", previous_response_id=t.id)
+    assert e.value.body["code"] == "response_not_found"
+
+    def events(model):
+        with oai.responses.with_streaming_response.create(model=model, stream=True, **kwargs) as raw:
+            return raw.headers["x-router-replica"], list(raw.parse())
+    replica, ne = events(NATIVE)
+    if replica != "store-0":
+        replica, ne = events(NATIVE)
+    _, te = events(CHAT)
+
+    def types(events):  # one delta per token on either side
+        return [e.type for e in events if e.type != "response.output_text.delta"]
+    assert types(te) == types(ne), (types(te), types(ne))
+    assert [e.sequence_number for e in te] == list(range(len(te)))
+    streamed = "".join(e.delta for e in te if e.type == "response.output_text.delta")
+    assert streamed == t.output_text == te[-1].response.output_text
+    assert "".join(e.delta for e in ne if e.type == "response.output_text.delta") == n.output_text
+    assert te[-1].response.usage.output_tokens == ne[-1].response.usage.output_tokens == 6
+    assert te[-1].response.status == ne[-1].response.status == "incomplete"
 
 
 def on_store0(send):
@@ -186,10 +236,9 @@ def test_translated_message_equals_the_native_one(gateway):
     slow, the gateway's translation over vLLM's /v1/chat/completions), on the same engine: the
     same type, role, blocks, text, stop reason and usage. vLLM's own /v1/messages renders the
     conversation through the same chat template as its chat completions, so the prompt and the
-    greedy tokens are the same. The prompt was sent before by neither: the first answer writes
-    the prompt's whole blocks to the prefix cache (cache_creation_input_tokens) and the second
-    reads them (cache_read_input_tokens), so the two are compared in the total and each split
-    checked against its own order."""
+    greedy tokens are the same. The first answer writes the prompt's whole blocks to the prefix
+    cache (cache_creation_input_tokens) and the second reads them (cache_read_input_tokens), so
+    the two are compared in the total and each split checked against its own order."""
     def post(model, **extra):
         return httpx.post(gateway.url + "/v1/messages", json={**MESSAGE, "model": model, **extra}, timeout=60)
 
@@ -211,10 +260,12 @@ def test_translated_message_equals_the_native_one(gateway):
     def total(u):
         return u["input_tokens"] + u.get("cache_read_input_tokens", 0) + u.get("cache_creation_input_tokens", 0)
     assert total(nu) == total(tu) > 32
-    # The native answer came first: it wrote the prompt's whole 32-token blocks, the translated
-    # one read them; each reports them in the field vLLM's /v1/messages uses.
+    # The native answer came first: it read what an earlier request had left of the prompt's
+    # whole 32-token blocks and wrote the rest; the translated one read them all. Each reports
+    # them in the field vLLM's /v1/messages uses.
     blocks = total(nu) // 32 * 32
-    assert (nu["cache_read_input_tokens"], nu["cache_creation_input_tokens"]) == (0, blocks), nu
+    assert nu["cache_read_input_tokens"] + nu["cache_creation_input_tokens"] == blocks, nu
+    assert nu["cache_creation_input_tokens"] > 0, "the request is new to the engine: it wrote a block"
     assert (tu["cache_read_input_tokens"], tu["cache_creation_input_tokens"]) == (blocks, 0), tu
     assert int(native.headers["x-router-prompt-tokens"]) == int(translated.headers["x-router-prompt-tokens"]) == total(nu)
     assert native.headers["x-router-completion-tokens"] == translated.headers["x-router-completion-tokens"] == "8"
