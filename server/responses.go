@@ -115,7 +115,7 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 		if fwd, treq, err = translate.ResponsesToChat(body, r.Pool.AskStreamUsage()); err != nil {
 			if u, ok := errors.AsType[*translate.Untranslatable](err); ok {
 				return &apiError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: "api_not_supported", param: u.Param,
-					message: fmt.Sprintf("%s: the request was routed to pool %s, whose replicas do not serve the Responses API (pools.%s.apis), and is translated to chat completions without it",
+					message: fmt.Sprintf("%s: the request was routed to pool %s, whose replicas do not serve the Responses API (pools.%s.apis), so it is translated to chat completions, where this field has no form",
 						u.Error(), r.Pool.Name(), r.Pool.Name())}
 			}
 			return badRequest("invalid_body", "", "%v", err)
