@@ -91,7 +91,7 @@ FUZZ_TARGETS := \
 	server:FuzzDecodeMessages server:FuzzDecodeResponses \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
-	translate:FuzzStream translate:FuzzChatToMessage
+	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation
 
 ## fuzz every Fuzz target for FUZZTIME (20s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup
@@ -143,11 +143,12 @@ test-python: build setup-aiperf
 setup-vllm:
 	@scripts/setup.sh vllm nixl
 
-# The gateway in front of two real vLLM engines, one core each (tests/vllm/README.md), then in
-# front of a real prefill/decode pair with NixlConnector (tests/pd/README.md).
-## run the gateway in front of two real vLLM engines, then a real prefill/decode pair (tests/test_vllm_engine.py, tests/test_pd_vllm.py)
+# The gateway in front of two real vLLM engines, one core each (tests/vllm/README.md), then two
+# more that keep Responses (the agent APIs), then a real prefill/decode pair with NixlConnector
+# (tests/pd/README.md).
+## run the gateway in front of two real vLLM engines, two that keep Responses, then a real prefill/decode pair (tests/test_vllm_engine.py, tests/test_vllm_agent_apis.py, tests/test_pd_vllm.py)
 test-vllm: setup-vllm build
-	$(VENV)/bin/python -m pytest -q -s tests/test_vllm_engine.py
+	$(VENV)/bin/python -m pytest -q -s --durations=0 tests/test_vllm_engine.py tests/test_vllm_agent_apis.py
 	TRIAGE_NIXL_SITE=$(DEPS)/nixl-site $(VENV)/bin/python -m pytest -q -s tests/test_pd_vllm.py
 
 # Docker engine (Debian's docker.io, docker-compose, debootstrap) installed and

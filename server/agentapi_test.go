@@ -277,29 +277,106 @@ func TestResponsesHomeReplicaDown(t *testing.T) {
 	s.responses.Put("resp-gone", responseHome{Pool: "fast", Replica: "fast-9"})
 	downSrv.srv.Close()
 
+	// The first try meets a refused connection (nothing sent), the second an ejected replica:
+	// the same answer both times, naming the replica, never another replica's.
 	body := `{"input":"more","previous_response_id":"resp-on-1"}`
-	resp, b := postJSON(t, url+"/v1/responses", body)
-	require.Equal(t, http.StatusBadGateway, resp.StatusCode, string(b))
-	require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
-	resp, b = postJSON(t, url+"/v1/responses", body)
-	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(b))
-	e := apiErr(t, b)
-	require.Equal(t, "replica_unavailable", *e.Code)
-	require.Contains(t, e.Message, "fast/fast-1")
-	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	for try := 1; try <= 2; try++ {
+		resp, b := postJSON(t, url+"/v1/responses", body)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "try %d: %s", try, b)
+		require.Equal(t, "fast-1", resp.Header.Get(HeaderReplica))
+		e := apiErr(t, b)
+		require.Equal(t, "replica_unavailable", *e.Code)
+		require.Contains(t, e.Message, "fast/fast-1")
+		require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	}
 
-	resp, b = postJSON(t, url+"/v1/responses", `{"input":"more","previous_response_id":"resp-gone"}`)
+	resp, b := postJSON(t, url+"/v1/responses", `{"input":"more","previous_response_id":"resp-gone"}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, string(b))
 	require.Contains(t, apiErr(t, b).Message, "no longer configured")
 }
 
-func TestResponsesNeedAPoolThatSpeaksThem(t *testing.T) {
+// TestResponsesTranslatedToChat: a pool without the Responses API gets a chat completion and
+// the client a response, not stored; what has no chat form is refused, nothing forwarded.
+func TestResponsesTranslatedToChat(t *testing.T) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat", "completions"} })
+	ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"chatcmpl-c1","created":5,"model":"model-fast","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":2}}`)
+	}
+	resp, b := postJSON(t, ts.url+"/v1/responses", `{"model":"auto","instructions":"sys","input":[{"role":"user","content":"Hi p=0.1"},`+
+		`{"role":"assistant","content":[{"type":"output_text","text":"Yes?"}]},{"role":"user","content":[{"type":"input_text","text":"More p=0.1"}]}],"max_output_tokens":9}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, "chat", resp.Header.Get(HeaderTranslated))
+	require.Equal(t, "12", resp.Header.Get(HeaderPromptTokens))
+	require.Equal(t, "fast", resp.Header.Get(HeaderPath))
+	var r struct {
+		ID, Object, Status string
+		Store              bool
+		Output             []struct {
+			Content []struct{ Type, Text string }
+		}
+		Usage struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &r))
+	require.Equal(t, "resp_c1", r.ID)
+	require.Equal(t, "response", r.Object)
+	require.Equal(t, "completed", r.Status)
+	require.False(t, r.Store, "a chat-only replica keeps nothing")
+	require.Equal(t, "Hello", r.Output[0].Content[0].Text)
+	require.Equal(t, 12, r.Usage.InputTokens)
+	got := ts.fast.requests()[0]
+	require.Equal(t, "/v1/chat/completions", got.path)
+	require.Equal(t, []any{map[string]any{"role": "system", "content": "sys"}, map[string]any{"role": "user", "content": "Hi p=0.1"},
+		map[string]any{"role": "assistant", "content": "Yes?"}, map[string]any{"role": "user", "content": "More p=0.1"}}, got.body["messages"])
+	require.EqualValues(t, 9, got.body["max_tokens"])
+
+	// Not recorded: neither a continuation nor a GET finds it.
+	resp, b = postJSON(t, ts.url+"/v1/responses", `{"input":"go on","previous_response_id":"resp_c1"}`)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, string(b))
+	require.Equal(t, "response_not_found", *apiErr(t, b).Code)
+
+	for _, tc := range []struct{ body, param string }{
+		{`{"input":"x p=0.1","tools":[{"type":"function","name":"f","parameters":{}}]}`, "tools"},
+		{`{"input":[{"type":"function_call_output","call_id":"c","output":"o p=0.1"}]}`, "input[0].type"},
+	} {
+		resp, b := postJSON(t, ts.url+"/v1/responses", tc.body)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+		e := apiErr(t, b)
+		require.Equal(t, "api_not_supported", *e.Code)
+		require.Equal(t, tc.param, *e.Param)
+		require.Contains(t, e.Message, "pools.fast.apis")
+	}
+	require.Len(t, ts.fast.requests(), 1, "nothing refused was forwarded")
+
+	// An error of the chat replica passes as it is: both APIs share the OpenAI error shape.
+	ts.fast.onGenerate = func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":{"message":"max_tokens is too large","type":"BadRequestError"}}`)
+	}
+	resp, b = postJSON(t, ts.url+"/v1/responses", `{"input":"x p=0.1","max_output_tokens":999999}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, "max_tokens is too large", apiErr(t, b).Message)
+}
+
+func TestResponsesStreamTranslatedFromSimChat(t *testing.T) {
 	url, _, _ := simServer(t, 1, func(c *gatewayConfig) { c.Pools.Fast.APIs = []string{"chat", "messages"} })
-	resp, b := postJSON(t, url+"/v1/responses", `{"input":"hi p=0.1"}`)
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
-	require.Equal(t, "api_not_supported", *apiErr(t, b).Code)
+	resp, b := postJSON(t, url+"/v1/responses", `{"input":"hello p=0.1","max_output_tokens":3,"stream":true}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, "chat", resp.Header.Get(HeaderTranslated))
+	names, data := sseNames(t, b)
+	require.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+		"response.output_text.delta", "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
+		"response.content_part.done", "response.output_item.done", "response.completed"}, names)
+	done := data[len(data)-1]["response"].(map[string]any)
+	require.Equal(t, "incomplete", done["status"], "cut at max_output_tokens")
+	require.EqualValues(t, 3, done["usage"].(map[string]any)["output_tokens"], "the usage chunk the gateway asked for")
 	resp, b = postJSON(t, url+"/v1/responses", `{"input":"hi p=0.9"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Empty(t, resp.Header.Get(HeaderTranslated), "the slow pool speaks the API")
 }
 
 func TestAgentAPIsBadInput(t *testing.T) {

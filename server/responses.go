@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/triage-gw/triage/router"
+	"github.com/triage-gw/triage/translate"
 	"github.com/triage-gw/triage/upstream"
 	"github.com/triage-gw/triage/upstream/policy"
 )
@@ -29,7 +30,8 @@ func responseNotFound(id, param string) *apiError {
 }
 
 // homeUnavailable maps DoOn's errors for a response's home replica: gone from the pool's
-// configuration (its state is lost: 404), or unavailable now (503, it may come back).
+// configuration (its state is lost: 404), or unavailable now, a refused connection included
+// (503, it may come back).
 func homeUnavailable(err error, id, param string, home responseHome) error {
 	switch {
 	case errors.Is(err, upstream.ErrUnknownReplica):
@@ -37,15 +39,16 @@ func homeUnavailable(err error, id, param string, home responseHome) error {
 			message: fmt.Sprintf("Response with id %s not found: replica %s/%s that stored it is no longer configured", clip(id), home.Pool, home.Replica)}
 	case errors.Is(err, upstream.ErrReplicaUnavailable):
 		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "replica_unavailable", param: param,
-			message:    fmt.Sprintf("replica %s/%s, which stores response %s, is unavailable (unhealthy, ejected or full); retry later", home.Pool, home.Replica, clip(id)),
+			message:    fmt.Sprintf("replica %s/%s, which stores response %s, is unavailable (unreachable, unhealthy, ejected or full); retry later", home.Pool, home.Replica, clip(id)),
 			retryAfter: "1"}
 	}
 	return err
 }
 
 // handleResponses serves POST /v1/responses. A new conversation is classified, decided and
-// admitted like a chat completion; its pool must speak the Responses API (there is no
-// translation: 400 otherwise). A continuation (previous_response_id) goes to the pool and
+// admitted like a chat completion; a pool that does not speak the Responses API gets it
+// translated to a chat completion (text only: translate.ResponsesToChat), and the answer is
+// neither stored nor recorded. A continuation (previous_response_id) goes to the pool and
 // replica that stored the previous response, unclassified: vLLM keeps stored responses in
 // that replica's memory only, so no other replica could answer it. The id of every stored
 // response is recorded from the replica's answer (the body's id, or the stream's
@@ -103,15 +106,28 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 		}
 	}()
 	setRouteHeaders(c, rq, &r)
-	if in.previous == "" && !r.Pool.Serves(upstream.APIResponses) {
-		return &apiError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: "api_not_supported",
-			message: fmt.Sprintf("the request was routed to pool %s, whose replicas do not serve the Responses API (pools.%s.apis); use /v1/chat/completions", r.Pool.Name(), r.Pool.Name())}
+	// A continuation's pool stored its previous response, so it speaks the API: a translated
+	// response is never recorded.
+	native := in.previous != "" || r.Pool.Serves(upstream.APIResponses)
+	path, fwd := "/v1/responses", body
+	var treq translate.ResponsesRequest
+	if !native {
+		if fwd, treq, err = translate.ResponsesToChat(body, r.Pool.AskStreamUsage()); err != nil {
+			if u, ok := errors.AsType[*translate.Untranslatable](err); ok {
+				return &apiError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: "api_not_supported", param: u.Param,
+					message: fmt.Sprintf("%s: the request was routed to pool %s, whose replicas do not serve the Responses API (pools.%s.apis), so it is translated to chat completions, where this field has no form",
+						u.Error(), r.Pool.Name(), r.Pool.Name())}
+			}
+			return badRequest("invalid_body", "", "%v", err)
+		}
+		path = "/v1/chat/completions"
+		c.Set(HeaderTranslated, "chat")
 	}
 	fr := &upstream.ForwardRequest{
 		Method:   http.MethodPost,
-		Path:     "/v1/responses",
+		Path:     path,
 		Header:   header,
-		Body:     body,
+		Body:     fwd,
 		SetModel: true,
 		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session, TTFTTarget: target},
 	}
@@ -122,6 +138,9 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 	if in.previous != "" {
 		c.Set(HeaderAffinity, "previous_response_id")
 		resp, err = r.Pool.DoOn(dl.ctx, home.Replica, fr)
+		if err != nil {
+			c.Set(HeaderReplica, home.Replica) // whatever the failure, the one replica it could go to
+		}
 		err = homeUnavailable(err, in.previous, "previous_response_id", home)
 	} else {
 		resp, err = r.Pool.Do(dl.ctx, fr)
@@ -135,7 +154,11 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 	c.Set(HeaderReplica, resp.ReplicaID)
 	at := responseHome{Pool: r.Pool.Name(), Replica: resp.ReplicaID}
 	st := s.newStream(c, rq, dl, &r, resp)
-	if resp.Status == http.StatusOK && isEventStream(resp.Header.Get("Content-Type")) {
+	eventStream := resp.Status == http.StatusOK && isEventStream(resp.Header.Get("Content-Type"))
+	if !native {
+		return s.sendTranslatedResponse(c, rq, dl, &r, resp, st, treq, eventStream, in.stream, &handedOff)
+	}
+	if eventStream {
 		if in.stream {
 			dl.stopTimer()
 		}
@@ -176,6 +199,48 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 	c.Status(resp.Status)
 	copyResponseHeader(c, resp.Header)
 	handedOff = true
+	sendStream(c, rq, st)
+	return nil
+}
+
+// sendTranslatedResponse answers a Responses request that went to a chat-only pool as a chat
+// completion: the chat answer translated back (translate.ChatToResponse, or a
+// translate.ResponsesStream for a stream), a chat error passed on as it is (both APIs share
+// the OpenAI error shape). Nothing is recorded for affinity: the replica stored nothing.
+func (s *Server) sendTranslatedResponse(c *fiber.Ctx, rq *request, dl *deadline, r *router.Route, resp *upstream.Response,
+	st *stream, treq translate.ResponsesRequest, eventStream, streamed bool, handedOff *bool) error {
+	if eventStream {
+		if streamed {
+			dl.stopTimer() // from here the pool's stream-idle timeout bounds the stream
+		}
+		ts := translate.NewResponsesStream(resp.Body, treq)
+		ts.OnBreak = func(err error) []byte {
+			st.reported = true // errorResponse logs it
+			return sseErrorEvent(errorResponse(err, s.log))
+		}
+		st.src = ts
+		c.Status(http.StatusOK)
+		copyResponseHeader(c, resp.Header)
+	} else {
+		b, err := readAnswer(c, resp, r.Pool.Name())
+		if err != nil {
+			resp.Body.Close()
+			return dl.err(err)
+		}
+		if resp.Status >= 200 && resp.Status < 300 {
+			if b, err = translate.ChatToResponse(b, treq); err != nil {
+				resp.Body.Close()
+				s.log.Warn("untranslatable chat answer", "pool", r.Pool.Name(), "replica", resp.ReplicaID, "err", err)
+				return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_invalid_answer",
+					message: "upstream " + r.Pool.Name() + "/" + resp.ReplicaID + ": the chat answer could not be translated to a response"}
+			}
+		}
+		st.src = bytes.NewReader(b)
+		c.Status(resp.Status)
+		copyResponseHeader(c, resp.Header)
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	}
+	*handedOff = true
 	sendStream(c, rq, st)
 	return nil
 }
@@ -232,9 +297,7 @@ func (s *Server) handleResponseByID(c *fiber.Ctx, _ *request) error {
 	}
 	resp, err := pool.DoOn(dl.ctx, home.Replica, &upstream.ForwardRequest{Method: method, Path: path, Header: header})
 	if err != nil {
-		if rid := failedReplica(err); rid != "" {
-			c.Set(HeaderReplica, rid)
-		}
+		c.Set(HeaderReplica, home.Replica)
 		return dl.err(homeUnavailable(err, id, "response_id", home))
 	}
 	defer resp.Body.Close()

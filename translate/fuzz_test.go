@@ -51,3 +51,40 @@ func FuzzChatToMessage(f *testing.F) {
 		require.GreaterOrEqual(t, m.Usage.InputTokens, 0)
 	})
 }
+
+// FuzzResponsesTranslation: whatever a chat replica answers or streams, the Responses
+// translation ends with whole typed events whose data is JSON and whose sequence numbers
+// count from 0, or a Responses object (or an error) for a whole answer.
+func FuzzResponsesTranslation(f *testing.F) {
+	f.Add([]byte(chatSSE(`{"id":"c","model":"m","choices":[{"delta":{"content":"a"},"finish_reason":"length"}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}`, "[DONE]")))
+	f.Add([]byte(`{"id":"c","model":"m","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3}}`))
+	f.Add([]byte("data: {\"error\":{\"message\":\"boom\",\"code\":5}}\n\n"))
+	f.Add([]byte("event: x\ndata: not json\n\n: comment\n\ndata:"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := io.ReadAll(NewResponsesStream(bytes.NewReader(in), ResponsesRequest{}))
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(out), 64*len(in)+8192, "output bounded by the input")
+		seq := 0
+		for ev := range strings.SplitSeq(strings.TrimSuffix(string(out), "\n\n"), "\n\n") {
+			if ev == "" {
+				continue
+			}
+			name, data, ok := strings.Cut(ev, "\ndata: ")
+			require.True(t, ok, "%q", ev)
+			var v struct {
+				Type           string `json:"type"`
+				SequenceNumber int    `json:"sequence_number"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(data), &v), "%q", data)
+			require.Equal(t, "event: "+v.Type, name)
+			require.Equal(t, seq, v.SequenceNumber)
+			seq++
+		}
+		if b, err := ChatToResponse(in, ResponsesRequest{}); err == nil {
+			var r Response
+			require.NoError(t, json.Unmarshal(b, &r))
+			require.Equal(t, "response", r.Object)
+		}
+	})
+}

@@ -289,11 +289,15 @@ type cUsage struct {
 	CompletionTokens    int `json:"completion_tokens"`
 	PromptTokensDetails *struct {
 		CachedTokens int `json:"cached_tokens"`
+		// CreatedCacheTokens is vLLM's count of the prompt tokens written to its prefix cache
+		// (whole blocks) by this request.
+		CreatedCacheTokens int `json:"created_cache_tokens"`
 	} `json:"prompt_tokens_details"`
 }
 
-// Usage is a Messages answer's usage: input_tokens are the prompt tokens not read from a
-// cache, as Anthropic counts them.
+// Usage is a Messages answer's usage, split as Anthropic splits it: the prompt is
+// input_tokens + cache_read_input_tokens + cache_creation_input_tokens, so input_tokens are
+// the prompt tokens neither read from nor written to a cache.
 type Usage struct {
 	InputTokens              int `json:"input_tokens"`
 	OutputTokens             int `json:"output_tokens"`
@@ -305,11 +309,15 @@ func usageOf(u *cUsage) Usage {
 	if u == nil {
 		return Usage{}
 	}
-	cached := 0
-	if u.PromptTokensDetails != nil {
-		cached = max(0, min(u.PromptTokensDetails.CachedTokens, u.PromptTokens))
+	cached, created := 0, 0
+	if d := u.PromptTokensDetails; d != nil {
+		cached = max(0, min(d.CachedTokens, u.PromptTokens))
+		created = max(0, min(d.CreatedCacheTokens, u.PromptTokens-cached))
 	}
-	return Usage{InputTokens: u.PromptTokens - cached, OutputTokens: u.CompletionTokens, CacheReadInputTokens: cached}
+	// As vLLM's own /v1/messages splits the same chat usage, so that a chat-only pool of
+	// vLLM engines answers what a Messages pool of them would.
+	return Usage{InputTokens: u.PromptTokens - cached - created, OutputTokens: u.CompletionTokens,
+		CacheReadInputTokens: cached, CacheCreationInputTokens: created}
 }
 
 // Message is a Messages answer.
@@ -324,9 +332,29 @@ type Message struct {
 	Usage        Usage            `json:"usage"`
 }
 
+// Calls says whether an answer called tools: Used when it has a tool call, Complete when
+// every call's arguments are a whole JSON object.
+type Calls struct{ Used, Complete bool }
+
+// callsOf is the Calls of a chat answer's tool call arguments.
+func callsOf[T string | []byte](args []T) Calls {
+	c := Calls{Used: len(args) > 0, Complete: len(args) > 0}
+	for _, a := range args {
+		b := bytes.TrimSpace([]byte(a))
+		if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+			c.Complete = false
+		}
+	}
+	return c
+}
+
 // StopReason maps a chat finish_reason (and vLLM's stop_reason, the stop string matched) to
-// the Messages stop_reason and stop_sequence.
-func StopReason(finish string, matched json.RawMessage, req MessagesRequest) (reason string, sequence *string) {
+// the Messages stop_reason and stop_sequence. An answer that called a tool stopped for
+// tool_use even when its finish_reason is "stop", which is how chat servers (vLLM among them)
+// end a call forced by a named tool_choice; a stop sequence that cut a call short wins over
+// it, so that a client does not run a call with broken arguments. This is the rule of vLLM's
+// own /v1/messages.
+func StopReason(finish string, matched json.RawMessage, req MessagesRequest, calls Calls) (reason string, sequence *string) {
 	switch finish {
 	case "length":
 		return "max_tokens", nil
@@ -335,9 +363,15 @@ func StopReason(finish string, matched json.RawMessage, req MessagesRequest) (re
 	case "content_filter":
 		return "refusal", nil
 	}
+	if calls.Used && calls.Complete {
+		return "tool_use", nil
+	}
 	var s string
 	if json.Unmarshal(matched, &s) == nil && slices.Contains(req.StopSequences, s) {
 		return "stop_sequence", &s
+	}
+	if calls.Used {
+		return "tool_use", nil
 	}
 	return "end_turn", nil
 }
@@ -363,14 +397,16 @@ func ChatToMessage(body []byte, req MessagesRequest) ([]byte, error) {
 	if c := ch.Message.Content; c != nil && *c != "" {
 		out.Content = append(out.Content, map[string]any{"type": "text", "text": *c})
 	}
+	var args []string
 	for _, tc := range ch.Message.ToolCalls {
 		out.Content = append(out.Content, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Function.Name, "input": toolInput(tc.Function.Arguments)})
+		args = append(args, tc.Function.Arguments)
 	}
 	finish := ""
 	if ch.FinishReason != nil {
 		finish = *ch.FinishReason
 	}
-	reason, seq := StopReason(finish, ch.StopReason, req)
+	reason, seq := StopReason(finish, ch.StopReason, req, callsOf(args))
 	out.StopReason, out.StopSequence = &reason, seq
 	return marshal(out)
 }

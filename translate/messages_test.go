@@ -75,12 +75,27 @@ func TestChatToMessage(t *testing.T) {
 		{"length, cached tokens",
 			`{"id":"c","model":"m","choices":[{"message":{"content":"Hel"},"finish_reason":"length"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}}}`,
 			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hel"}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":2,"output_tokens":2,"cache_creation_input_tokens":0,"cache_read_input_tokens":8}}`},
+		{"vLLM's cache read and written, as its own /v1/messages splits them",
+			`{"id":"c","model":"m","choices":[{"message":{"content":"Hel"},"finish_reason":"length"}],"usage":{"prompt_tokens":77,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32,"created_cache_tokens":32}}}`,
+			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hel"}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":13,"output_tokens":2,"cache_creation_input_tokens":32,"cache_read_input_tokens":32}}`},
+		{"cache counts past the prompt are clipped to it",
+			`{"id":"c","model":"m","choices":[{"message":{"content":"Hel"},"finish_reason":"length"}],"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32,"created_cache_tokens":32}}}`,
+			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hel"}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":2,"cache_creation_input_tokens":8,"cache_read_input_tokens":32}}`},
 		{"stop sequence named by vLLM",
 			`{"id":"c","model":"m","choices":[{"message":{"content":"a"},"finish_reason":"stop","stop_reason":"END"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`,
 			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"a"}],"stop_reason":"stop_sequence","stop_sequence":"END","usage":{"input_tokens":1,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`},
 		{"tool calls",
 			`{"id":"c","model":"m","choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}},{"id":"call_2","type":"function","function":{"name":"f","arguments":"not json"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}`,
 			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Oslo"}},{"type":"tool_use","id":"call_2","name":"f","input":{"arguments":"not json"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":4,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`},
+		{"a call forced by a named tool_choice ends with stop: tool_use, as vLLM's /v1/messages says",
+			`{"id":"c","model":"m","choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"pick","arguments":"{\"c\": \"red\"}"}}]},"finish_reason":"stop","stop_reason":null}]}`,
+			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"tool_use","id":"call_1","name":"pick","input":{"c": "red"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`},
+		{"a stop sequence that cut a call short wins over tool_use",
+			`{"id":"c","model":"m","choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"pick","arguments":"{\"c\": "}}]},"finish_reason":"stop","stop_reason":"END"}]}`,
+			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"tool_use","id":"call_1","name":"pick","input":{"arguments":"{\"c\": "}}],"stop_reason":"stop_sequence","stop_sequence":"END","usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`},
+		{"a whole call and a matched stop sequence: tool_use",
+			`{"id":"c","model":"m","choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"pick","arguments":"{}"}}]},"finish_reason":"stop","stop_reason":"END"}]}`,
+			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{"type":"tool_use","id":"call_1","name":"pick","input":{}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`},
 		{"content filter", `{"id":"c","model":"m","choices":[{"message":{"content":""},"finish_reason":"content_filter"}]}`,
 			`{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[],"stop_reason":"refusal","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`},
 	} {
@@ -252,4 +267,18 @@ func BenchmarkTranslate(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/64, "µs/token")
 	})
+}
+
+func TestStreamForcedToolCallStopsForToolUse(t *testing.T) {
+	// vLLM's chat stream for a named tool_choice: the whole call in one delta, finish "stop".
+	src := chatSSE(
+		`{"id":"c","model":"m","choices":[{"delta":{"role":"assistant","content":""}}]}`,
+		`{"id":"c","model":"m","choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"pick","arguments":"{\"c\": "}}]}}]}`,
+		`{"id":"c","model":"m","choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"red\"}"}}]},"finish_reason":"stop"}]}`,
+		`[DONE]`)
+	out, err := io.ReadAll(NewStream(strings.NewReader(src), MessagesRequest{}))
+	require.NoError(t, err)
+	names, data := events(t, out)
+	require.Equal(t, "message_delta", names[len(names)-2])
+	require.Equal(t, "tool_use", data[len(data)-2]["delta"].(map[string]any)["stop_reason"])
 }

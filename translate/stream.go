@@ -25,7 +25,7 @@ var errLineTooLong = errors.New("translate: chat stream line longer than 1 MiB")
 // ends with the bytes of OnBreak (an error event) instead; one whose replica sent an error
 // object ends with that error as a Messages error event.
 type Stream struct {
-	src *bufio.Reader
+	r   chatReader
 	req MessagesRequest
 	// OnBreak returns the bytes that end a stream broken by err. Nil writes a Messages
 	// error event of type api_error.
@@ -33,12 +33,11 @@ type Stream struct {
 
 	out     []byte
 	off     int
-	data    []byte // the current event's data
-	long    bool   // the current line outgrew maxLine
 	started bool
-	block   int    // index of the open content block; -1 when none is open
-	kind    string // "text" or "tool_use" while a block is open
-	tool    int    // the chat tool call index of the open tool_use block
+	block   int      // index of the open content block; -1 when none is open
+	kind    string   // "text" or "tool_use" while a block is open
+	tool    int      // the chat tool call index of the open tool_use block
+	args    [][]byte // each tool_use block's arguments so far, for the stop reason
 	id      string
 	model   string
 	finish  string
@@ -50,7 +49,7 @@ type Stream struct {
 
 // NewStream translates the chat stream src for the Messages request req.
 func NewStream(src io.Reader, req MessagesRequest) *Stream {
-	return &Stream{src: bufio.NewReaderSize(src, 16<<10), req: req, block: -1}
+	return &Stream{r: newChatReader(src), req: req, block: -1}
 }
 
 // Err is why the chat stream broke off, or nil.
@@ -71,19 +70,12 @@ func (s *Stream) Read(p []byte) (int, error) {
 
 // step reads one line of the chat stream and appends what it produces to out.
 func (s *Stream) step() {
-	line, err := s.src.ReadSlice('\n')
-	if len(line) > 0 {
-		if errors.Is(err, bufio.ErrBufferFull) || s.long {
-			// Part of a long line: keep it whole up to maxLine.
-			if len(s.data)+len(line) > maxLine {
-				s.fail(errLineTooLong)
-				return
-			}
-		}
-		s.line(line, errors.Is(err, bufio.ErrBufferFull))
+	payload, ok, err := s.r.next()
+	if ok {
+		s.chunk(payload)
 	}
 	switch {
-	case err == nil, errors.Is(err, bufio.ErrBufferFull):
+	case err == nil:
 	case errors.Is(err, io.EOF):
 		if s.finish != "" {
 			s.end() // a replica that forgot [DONE] after finishing
@@ -95,25 +87,47 @@ func (s *Stream) step() {
 	}
 }
 
-// pending holds a line split by the buffer until its end arrives.
-func (s *Stream) line(b []byte, partial bool) {
-	if s.long || partial {
-		s.data = append(s.data, b...) // raw line bytes, parsed when complete
-		s.long = partial
-		if partial {
-			return
+// chatReader reads a chat completion stream line by line.
+type chatReader struct {
+	src  *bufio.Reader
+	data []byte // a line longer than the buffer, gathered
+	long bool   // the current line outgrew the buffer
+}
+
+func newChatReader(src io.Reader) chatReader {
+	return chatReader{src: bufio.NewReaderSize(src, 16<<10)}
+}
+
+// next reads one line: ok with the payload of a whole "data:" line (valid until the next
+// call), or nothing (part of a long line, a blank line, an event name, a comment); err is the
+// read's error (io.EOF at the end, after the last line's payload) or errLineTooLong.
+func (r *chatReader) next() (payload []byte, ok bool, err error) {
+	line, err := r.src.ReadSlice('\n')
+	partial := errors.Is(err, bufio.ErrBufferFull)
+	if partial {
+		err = nil
+	}
+	if len(line) == 0 {
+		return nil, false, err
+	}
+	if partial || r.long {
+		// Part of a long line: keep it whole up to maxLine.
+		if len(r.data)+len(line) > maxLine {
+			return nil, false, errLineTooLong
 		}
-		b, s.data = append([]byte(nil), s.data...), s.data[:0]
+		r.data = append(r.data, line...)
+		r.long = partial
+		if partial {
+			return nil, false, nil
+		}
+		line, r.data = append([]byte(nil), r.data...), r.data[:0]
 	}
-	b = bytes.TrimRight(b, "\r\n")
-	if len(b) == 0 {
-		return
+	line = bytes.TrimRight(line, "\r\n")
+	p, found := bytes.CutPrefix(line, []byte("data:"))
+	if !found {
+		return nil, false, err // event names, comments, ids: chat streams carry everything in data lines
 	}
-	payload, ok := bytes.CutPrefix(b, []byte("data:"))
-	if !ok {
-		return // event names, comments, ids: chat streams carry everything in data lines
-	}
-	s.chunk(bytes.TrimPrefix(payload, []byte(" ")))
+	return bytes.TrimPrefix(p, []byte(" ")), true, err
 }
 
 // chunk handles one chat stream data payload (chat streams put each chunk on one line).
@@ -158,9 +172,11 @@ func (s *Stream) chunk(payload []byte) {
 			if s.kind != "tool_use" || s.tool != idx {
 				s.open("tool_use", map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Function.Name, "input": map[string]any{}})
 				s.tool = idx
+				s.args = append(s.args, nil)
 			}
 			if tc.Function.Arguments != "" {
 				s.delta(map[string]any{"type": "input_json_delta", "partial_json": tc.Function.Arguments})
+				s.args[len(s.args)-1] = append(s.args[len(s.args)-1], tc.Function.Arguments...)
 			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
@@ -206,7 +222,7 @@ func (s *Stream) end() {
 		s.start()
 	}
 	s.close()
-	reason, seq := StopReason(s.finish, s.matched, s.req)
+	reason, seq := StopReason(s.finish, s.matched, s.req, callsOf(s.args))
 	s.emit("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq}, "usage": usageOf(s.usage)})
 	s.emit("message_stop", map[string]string{"type": "message_stop"})

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,4 +107,22 @@ func TestDoOnSendsToTheNamedReplicaOnly(t *testing.T) {
 	require.NoError(t, err, "a draining replica finishes what it holds")
 	resp.Body.Close()
 	require.True(t, strings.Contains(ErrReplicaUnavailable.Error(), "no healthy replica"))
+}
+
+func TestDoOnAnUnreachableReplicaIsUnavailable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "http://" + l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now: connection refused
+	c := DefaultPoolConfig()
+	c.Name = "p"
+	c.HealthCheck.Interval, c.ScrapeInterval = 0, 0
+	c.Replicas = []ReplicaConfig{{URL: url, ID: "gone"}}
+	p, err := New(c, Options{})
+	require.NoError(t, err)
+	_, err = p.DoOn(context.Background(), "gone", &ForwardRequest{Method: http.MethodGet, Path: "/x"})
+	require.ErrorIs(t, err, ErrReplicaUnavailable)
+	var ue *UpstreamError
+	require.ErrorAs(t, err, &ue, "the failed replica is still named")
+	require.Equal(t, "gone", ue.Replica)
 }

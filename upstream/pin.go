@@ -10,7 +10,8 @@ import (
 )
 
 // ErrReplicaUnavailable is wrapped by DoOn's error when the named replica exists but may not
-// take the request now: ejected, failing its health checks, or at max_in_flight_per_replica.
+// take the request now: ejected, failing its health checks, at max_in_flight_per_replica, or
+// not reachable (no connection could be opened: nothing was sent).
 // It wraps ErrNoHealthyReplica, so it maps like any unavailable pool.
 var ErrReplicaUnavailable = fmt.Errorf("replica unavailable: %w", ErrNoHealthyReplica)
 
@@ -21,7 +22,9 @@ var ErrReplicaUnavailable = fmt.Errorf("replica unavailable: %w", ErrNoHealthyRe
 // draining means finishing what a replica holds, and a conversation it stores is that.
 //
 // Errors: those of Do, ErrUnknownReplica for an id the pool does not have, and
-// ErrReplicaUnavailable when the replica cannot take it now.
+// ErrReplicaUnavailable when the replica cannot take it now. A dial error wraps both the
+// *UpstreamError and ErrReplicaUnavailable: a replica that died since it stored a response is
+// first met this way, before the failure ejects it.
 func (p *Pool) DoOn(ctx context.Context, replicaID string, fr *ForwardRequest) (*Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pool %s: %w", p.cfg.Name, err)
@@ -53,7 +56,11 @@ func (p *Pool) DoOn(ctx context.Context, replicaID string, fr *ForwardRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return p.send(ctx, fr, doc, r, load).result(false)
+	resp, err := p.send(ctx, fr, doc, r, load).result(false)
+	if err != nil && isDialError(err) {
+		return nil, fmt.Errorf("%w: %w", ErrReplicaUnavailable, err)
+	}
+	return resp, err
 }
 
 // acquireOn charges replica id for one request, as acquire does for the picker's choice.
