@@ -79,13 +79,13 @@ test-pure: setup-redis
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m $(filter-out %/deploy,$(PURE_PKGS))
 
 # Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
-# target after the other (16 targets: about 6.5 minutes at 20s, builds included; internal/archtest
+# target after the other (17 targets: about 4 minutes at 10s, builds included; internal/archtest
 # checks that this list names every Fuzz function in the tree). Each target's
 # seeds (and any crasher committed under <package>/testdata/fuzz/) also run in every plain
 # `go test`. New coverage is minimized for at most 2s so the time goes to fuzzing. A crasher
 # is written by Go to <package>/testdata/fuzz/<Target>/ and copied to out/fuzz-crashers/ for
 # CI to keep; commit it to make it a regression case. `make test-fuzz FUZZTIME=5m` for longer.
-FUZZTIME ?= 20s
+FUZZTIME ?= 10s
 FUZZ_TARGETS := \
 	server:FuzzDecodeQueryProcess server:FuzzDecodeClassify server:FuzzDecodeChat server:FuzzDecodeCompletion \
 	server:FuzzDecodeMessages server:FuzzDecodeResponses \
@@ -93,7 +93,7 @@ FUZZ_TARGETS := \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
 	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation
 
-## fuzz every Fuzz target for FUZZTIME (20s) each; crashers land in out/fuzz-crashers/
+## fuzz every Fuzz target for FUZZTIME (10s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup
 	@mkdir -p out/fuzz; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== fuzz ./$$pkg $$fn for $(FUZZTIME)"; \
