@@ -138,6 +138,9 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		dl.stopTimer()
 	}
 	c.Set(HeaderReplica, resp.ReplicaID)
+	if resp.PredictedCachedTokens >= 0 {
+		c.Set(HeaderPredictedCached, strconv.Itoa(resp.PredictedCachedTokens))
+	}
 	setDisaggHeaders(c, resp)
 	var src io.Reader = resp.Body
 	if !in.stream && !isEventStream(resp.Header.Get("Content-Type")) {

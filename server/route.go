@@ -29,6 +29,10 @@ const (
 	HeaderPromptTokens     = "x-router-prompt-tokens"
 	HeaderCompletionTokens = "x-router-completion-tokens"
 	HeaderSession          = "x-session-id"
+	// HeaderPredictedCached is upstream.Response.PredictedCachedTokens: the leading prompt
+	// tokens the gateway believed, from the engine's KV-cache events, that the replica held
+	// when it was picked; absent when it had no such belief.
+	HeaderPredictedCached = "x-router-predicted-cached-tokens"
 )
 
 // route asks the router for a decision on a request that will be executed (a slow verdict

@@ -97,6 +97,13 @@ type Response struct {
 	// Fallback is why a request of a disaggregated pool ran whole on one
 	// replica instead (a FallbackReason); "" when it did not.
 	Fallback FallbackReason
+	// PredictedCachedTokens is how many leading prompt tokens the replica
+	// that answered held, as its engine's KV-cache events (and the pending
+	// window of earlier picks) told the gateway when it was picked: the
+	// prediction the prefix-aware policies used, in whole blocks. -1 when
+	// there was none: the replica publishes no events, they were not live,
+	// or the request was not tokenized.
+	PredictedCachedTokens int
 
 	body *responseBody
 }
@@ -382,5 +389,7 @@ func (a *attempt) result(retried bool) (*Response, error) {
 		TTFB:      a.ttfb,
 		Retried:   retried,
 		body:      b,
+
+		PredictedCachedTokens: predictedCached(a.req, a.r.id),
 	}, nil
 }

@@ -246,26 +246,48 @@ func (p *Pool) attachCache(ctx context.Context, fr *ForwardRequest) {
 }
 
 // expectBlocks tells the chosen replica's subscriber that the request's
-// blocks are on their way there (the pending window).
+// blocks are on their way there (the pending window), and notes first how
+// many of the prompt's leading tokens the view says the replica holds (the
+// prediction Response.PredictedCachedTokens reports).
 func (p *Pool) expectBlocks(req *policy.Request, r *replica) {
 	v, ok := req.Cache.(*kvView)
 	if !ok {
 		return
 	}
+	v.picked, v.predicted = r.id, -1
 	s := v.kv.subs[r.id]
 	if s == nil {
 		return
 	}
+	bs := v.blockSize(r.id, s)
 	// One set of keys, the one the replica holds more of (the base model's
 	// on a tie): pending keys of the other set would make the replica look
 	// warm for requests it has never seen.
-	keys, adapter := v.keysFor(v.blockSize(r.id, s))
-	if len(adapter) > 0 && s.Leading(adapter) > s.Leading(keys) {
-		keys = adapter
+	keys, adapter := v.keysFor(bs)
+	held := s.Leading(keys)
+	if len(adapter) > 0 {
+		if n := s.Leading(adapter); n > held {
+			keys, held = adapter, n
+		}
+	}
+	if s.Usable() && bs > 0 && len(v.tokens) > 0 {
+		v.predicted = held * bs
 	}
 	if len(keys) > 0 {
 		s.Expect(keys)
 	}
+}
+
+// predictedCached is the prediction expectBlocks noted for replica id: the
+// leading prompt tokens its engine's events (and the pending window) said
+// it held when it was picked; -1 when there is none (no live events for
+// it, or the request was not tokenized).
+func predictedCached(req *policy.Request, id string) int {
+	v, ok := req.Cache.(*kvView)
+	if !ok || v.picked != id {
+		return -1
+	}
+	return v.predicted
 }
 
 // kvView is one request's policy.CacheView: its token ids, and their block
@@ -283,6 +305,11 @@ type kvView struct {
 	bs      int    // block size of the keys below
 	keys    []uint64
 	adapter []uint64 // keys under lora; nil when lora is 0
+
+	// The latest pick: its replica and the leading tokens the view said it
+	// held then (-1: no prediction). Set by expectBlocks.
+	picked    string
+	predicted int
 }
 
 var _ policy.CacheView = (*kvView)(nil)

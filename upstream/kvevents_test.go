@@ -106,6 +106,7 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	})
 
 	prompt := strings.Repeat("You are a careful assistant. ", 12) // 348 bytes: 21 blocks of 16
+	var predicted int
 	ask := func() string {
 		t.Helper()
 		resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
@@ -114,6 +115,7 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
+		predicted = resp.PredictedCachedTokens
 		return resp.ReplicaID
 	}
 
@@ -121,6 +123,10 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	waitKV(t, "b's blocks", func() bool { return kvSeries(t, f, "index_blocks", "r1") == 21 })
 	for range 4 {
 		require.Equal(t, "r1", ask(), "b's engine holds the prompt")
+		// The simulator's token is 4 bytes, its block 16 bytes (4 tokens):
+		// the prompt's 21 full blocks are all held.
+		require.Equal(t, 4, f.pool.kv.subs["r1"].BlockSize())
+		require.Equal(t, 21*4, predicted, "the prediction is the held blocks' tokens")
 	}
 
 	b.srv.ClearCache()
@@ -130,6 +136,7 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	})
 	for range 4 {
 		require.Equal(t, "r0", ask(), "the gateway sent the prompt to b, but a holds it now")
+		require.Equal(t, 21*4, predicted)
 	}
 	require.Zero(t, kvSeries(t, f, "fallbacks_total", "r0"))
 	require.Equal(t, float64(1), sumSeries(t, f, "triage_upstream_tokenize_total", map[string]string{"result": "ok"}))
@@ -224,6 +231,7 @@ func TestKVEventsDownFallsBackToTheGuess(t *testing.T) {
 	prompt := strings.Repeat("x", 200)
 	ctx := context.Background()
 	var got []string
+	predicted := 0
 	for range 3 {
 		resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
 			Body:    []byte(`{"model":"m","prompt":"` + prompt + `","max_tokens":1}`),
@@ -232,8 +240,10 @@ func TestKVEventsDownFallsBackToTheGuess(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
 		got = append(got, resp.ReplicaID)
+		predicted = resp.PredictedCachedTokens
 	}
 	require.Equal(t, got[0], got[1], "the guess keeps the prefix where it went")
+	require.Equal(t, -1, predicted, "no live events: no prediction")
 	require.Equal(t, got[0], got[2])
 	require.Equal(t, float64(3), kvSeries(t, f, "fallbacks_total", "r0"))
 }
