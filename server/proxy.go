@@ -140,6 +140,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	c.Set(HeaderReplica, resp.ReplicaID)
 	if resp.PredictedCachedTokens >= 0 {
 		c.Set(HeaderPredictedCached, strconv.Itoa(resp.PredictedCachedTokens))
+		c.Set(HeaderPendingCached, strconv.Itoa(resp.PendingCachedTokens))
 	}
 	setDisaggHeaders(c, resp)
 	var src io.Reader = resp.Body

@@ -98,12 +98,17 @@ type Response struct {
 	// replica instead (a FallbackReason); "" when it did not.
 	Fallback FallbackReason
 	// PredictedCachedTokens is how many leading prompt tokens the replica
-	// that answered held, as its engine's KV-cache events (and the pending
-	// window of earlier picks) told the gateway when it was picked: the
-	// prediction the prefix-aware policies used, in whole blocks. -1 when
-	// there was none: the replica publishes no events, they were not live,
-	// or the request was not tokenized.
+	// that answered held, as its engine's KV-cache events had told the
+	// gateway when it was picked (whole blocks): the gateway's prediction of
+	// the engine's cached_tokens. -1 when there was none: the replica
+	// publishes no events, they were not live, or the request was not
+	// tokenized.
 	PredictedCachedTokens int
+	// PendingCachedTokens is how many further leading tokens the policy
+	// counted as held there only because earlier picks had just sent them
+	// (the pending window): blocks the engine had not yet reported stored,
+	// and may still be computing for another request. 0 without a prediction.
+	PendingCachedTokens int
 
 	body *responseBody
 }
@@ -380,6 +385,7 @@ func (a *attempt) result(retried bool) (*Response, error) {
 	}
 	removeHopByHop(a.resp.Header)
 	b := newResponseBody(a)
+	stored, pending := pickPrediction(a.req, a.r.id)
 	return &Response{
 		Status:    a.resp.StatusCode,
 		Header:    a.resp.Header,
@@ -390,6 +396,7 @@ func (a *attempt) result(retried bool) (*Response, error) {
 		Retried:   retried,
 		body:      b,
 
-		PredictedCachedTokens: predictedCached(a.req, a.r.id),
+		PredictedCachedTokens: stored,
+		PendingCachedTokens:   pending,
 	}, nil
 }

@@ -246,15 +246,15 @@ func (p *Pool) attachCache(ctx context.Context, fr *ForwardRequest) {
 }
 
 // expectBlocks tells the chosen replica's subscriber that the request's
-// blocks are on their way there (the pending window), and notes first how
-// many of the prompt's leading tokens the view says the replica holds (the
-// prediction Response.PredictedCachedTokens reports).
+// blocks are on their way there (the pending window), and notes first what
+// the view said the replica held (Response.PredictedCachedTokens and
+// PendingCachedTokens).
 func (p *Pool) expectBlocks(req *policy.Request, r *replica) {
 	v, ok := req.Cache.(*kvView)
 	if !ok {
 		return
 	}
-	v.picked, v.predicted = r.id, -1
+	v.pick = kvPick{replica: r.id, stored: -1}
 	s := v.kv.subs[r.id]
 	if s == nil {
 		return
@@ -271,23 +271,32 @@ func (p *Pool) expectBlocks(req *policy.Request, r *replica) {
 		}
 	}
 	if s.Usable() && bs > 0 && len(v.tokens) > 0 {
-		v.predicted = held * bs
+		stored := s.Stored(keys)
+		v.pick.stored, v.pick.pending = stored*bs, (held-stored)*bs
 	}
 	if len(keys) > 0 {
 		s.Expect(keys)
 	}
 }
 
-// predictedCached is the prediction expectBlocks noted for replica id: the
-// leading prompt tokens its engine's events (and the pending window) said
-// it held when it was picked; -1 when there is none (no live events for
-// it, or the request was not tokenized).
-func predictedCached(req *policy.Request, id string) int {
+// kvPick is what the view said, at a pick, of the replica picked: the
+// leading prompt tokens its engine had reported stored (-1: the view had
+// nothing current to say), and those beyond them that counted as held
+// only because earlier picks sent them there (the pending window).
+type kvPick struct {
+	replica         string
+	stored, pending int
+}
+
+// pickPrediction is what expectBlocks noted for replica id; stored is -1
+// when there is nothing (no live events for it, or the request was not
+// tokenized).
+func pickPrediction(req *policy.Request, id string) (stored, pending int) {
 	v, ok := req.Cache.(*kvView)
-	if !ok || v.picked != id {
-		return -1
+	if !ok || v.pick.replica != id {
+		return -1, 0
 	}
-	return v.predicted
+	return v.pick.stored, v.pick.pending
 }
 
 // kvView is one request's policy.CacheView: its token ids, and their block
@@ -306,10 +315,8 @@ type kvView struct {
 	keys    []uint64
 	adapter []uint64 // keys under lora; nil when lora is 0
 
-	// The latest pick: its replica and the leading tokens the view said it
-	// held then (-1: no prediction). Set by expectBlocks.
-	picked    string
-	predicted int
+	// pick is the latest pick's prediction, set by expectBlocks.
+	pick kvPick
 }
 
 var _ policy.CacheView = (*kvView)(nil)

@@ -4,9 +4,12 @@ package vllmprefix
 // engine's answer.
 type Outcome struct {
 	// Predicted is x-router-predicted-cached-tokens: the leading prompt tokens the
-	// gateway believed the chosen replica held (whole blocks); HasPrediction is false when
-	// the header was absent (no live events for the replica, or no token ids).
+	// chosen replica's engine had reported stored when it was picked (whole blocks);
+	// HasPrediction is false when the header was absent (no live events for the replica,
+	// or no token ids). Pending is x-router-pending-cached-tokens: the further tokens the
+	// policy counted as held there because earlier picks had just sent them.
 	Predicted     int
+	Pending       int
 	HasPrediction bool
 	// Cached and Prompt are the engine's usage.prompt_tokens_details.cached_tokens and
 	// usage.prompt_tokens.
@@ -72,6 +75,17 @@ func Agree(outcomes []Outcome, blockSize int) Agreement {
 		}
 	}
 	return a
+}
+
+// WithPending returns the outcomes with the pending tokens added to the prediction: what
+// the policy routed on rather than what the engine had reported.
+func WithPending(outcomes []Outcome) []Outcome {
+	out := make([]Outcome, len(outcomes))
+	for i, o := range outcomes {
+		o.Predicted += o.Pending
+		out[i] = o
+	}
+	return out
 }
 
 // Rate is n over the requests, NaN-free: 0 without requests.

@@ -32,4 +32,9 @@ func TestAgree(t *testing.T) {
 	a := Agree([]Outcome{p(64, 64), p(64, 64), p(64, 64), {Cached: 64}}, 32)
 	require.InDelta(t, 0.75, a.Rate(a.Agrees), 1e-9, "the rate divides by every request, predicted or not")
 	require.Zero(t, Agreement{}.Rate(0))
+
+	pending := []Outcome{{Predicted: 64, Pending: 96, HasPrediction: true, Cached: 64}}
+	require.Equal(t, 1, Agree(pending, 32).Exact)
+	require.Equal(t, 1, Agree(WithPending(pending), 32).Over, "the policy's view counted three blocks more")
+	require.Equal(t, 64, pending[0].Predicted, "WithPending copies")
 }

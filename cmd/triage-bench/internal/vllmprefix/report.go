@@ -43,7 +43,11 @@ type Row struct {
 
 	TTFT       stats.Summary  `json:"ttft"`
 	PerReplica map[string]int `json:"requests_per_replica"`
-	Agreement  Agreement      `json:"agreement"`
+	// Agreement compares the engine-reported prediction with cached_tokens;
+	// AgreementRouted the prediction with the pending window added, what the policy
+	// routed on.
+	Agreement       Agreement `json:"agreement"`
+	AgreementRouted Agreement `json:"agreement_with_pending"`
 
 	Tokenize  map[string]float64 `json:"tokenize,omitempty"`
 	Fallbacks float64            `json:"kv_fallbacks"`
@@ -77,8 +81,8 @@ func (row *Row) fill(results []result, before, after []cacheCounters, blockSize 
 		row.UsageCached += r.Outcome.Cached
 		o := r.Outcome
 		if o.HasPrediction && !Agree([]Outcome{o}, blockSize).agreesAll() && len(row.Disagreements) < 20 {
-			row.Disagreements = append(row.Disagreements, fmt.Sprintf("%s turn %d on %s: predicted %d, cached %d of %d prompt tokens",
-				r.Session, r.Turn, r.Replica, o.Predicted, o.Cached, o.Prompt))
+			row.Disagreements = append(row.Disagreements, fmt.Sprintf("%s turn %d on %s: predicted %d (+%d pending), cached %d of %d prompt tokens",
+				r.Session, r.Turn, r.Replica, o.Predicted, o.Pending, o.Cached, o.Prompt))
 		}
 	}
 	sort.Strings(row.Disagreements)
@@ -91,6 +95,7 @@ func (row *Row) fill(results []result, before, after []cacheCounters, blockSize 
 	}
 	row.TTFT = stats.Summarize(ttft)
 	row.Agreement = Agree(outcomes, blockSize)
+	row.AgreementRouted = Agree(WithPending(outcomes), blockSize)
 }
 
 // agreesAll reports whether every request agreed.
@@ -110,7 +115,7 @@ func (rep *Report) Markdown() string {
 	b.WriteString("\n" + agreementNote)
 	for _, r := range rep.Rows {
 		if len(r.EventsReceived) > 0 {
-			fmt.Fprintf(&b, "\n%s: KV events received %s; BlockRemoved are the engines' evictions.\n", r.Key, tokenizeCounts(r.EventsReceived))
+			fmt.Fprintf(&b, "\n%s: KV events received %s (block_removed: the engines' evictions).\n", r.Key, tokenizeCounts(r.EventsReceived))
 		}
 		if r.FirstError != "" {
 			fmt.Fprintf(&b, "\n%s: %d of %d requests failed, first: %s\n", r.Key, r.Requests-r.OK, r.Requests, r.FirstError)
@@ -127,29 +132,31 @@ func (rep *Report) Markdown() string {
 
 // agreementNote defines the agreement columns (see Agree).
 const agreementNote = `Engine hit ratio: the delta of vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total (tokens), both engines summed, over the run. ` +
-	"Prediction columns: the gateway's `x-router-predicted-cached-tokens` (the leading tokens its KV-event index said the chosen replica held at the pick) against the engine's `usage.prompt_tokens_details.cached_tokens`, over the requests that completed; " +
+	"Prediction columns: the gateway's `x-router-predicted-cached-tokens` (the leading tokens the chosen replica's engine had reported stored, by its KV events, when the gateway picked it) against the engine's `usage.prompt_tokens_details.cached_tokens`, over the requests that completed; " +
 	"*hit* = both zero or both non-zero; *≤1 block* = they differ by at most one block (vLLM never serves a prompt's last token from the cache, so a fully cached prompt of whole blocks reports one block less than it holds); *agrees* = both; a request without the header agrees with nothing. " +
+	"*With pending: agrees* is the same with `x-router-pending-cached-tokens` added to the prediction: the blocks the policy counted as held because an earlier pick had just sent them there, which is what it routed on. " +
 	"Runs without KV events have no prediction to compare (the guess is kept in 128-character blocks, not tokens).\n"
 
 // Table is the report's table, one row per run.
 func (rep *Report) Table() string {
 	var b strings.Builder
-	b.WriteString("| policy | KV events | ok / requests | engine hit ratio | TTFT p50 / p99 | prediction: hit | ≤1 block | agrees | exact | requests per replica | tokenize | fallbacks |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| policy | KV events | ok / requests | engine hit ratio | TTFT p50 / p99 | prediction: hit | ≤1 block | agrees | exact | with pending: agrees | requests per replica | tokenize | fallbacks |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rows {
-		events, hit, within, agrees, exact := "no", "n/a", "n/a", "n/a", "n/a"
+		events, hit, within, agrees, exact, routed := "no", "n/a", "n/a", "n/a", "n/a", "n/a"
 		if r.Events {
-			a := r.Agreement
+			a, ar := r.Agreement, r.AgreementRouted
 			events = "yes"
 			hit, within = pct(a.Rate(a.HitAgrees)), pct(a.Rate(a.WithinBlock))
 			agrees, exact = pct(a.Rate(a.Agrees)), pct(a.Rate(a.Exact))
+			routed = pct(ar.Rate(ar.Agrees))
 		}
 		name := r.Policy
 		if r.Variant != "" {
 			name += "-" + r.Variant
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d / %d | %.1f%% | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			name, events, r.OK, r.Requests, 100*r.EngineHitRatio, report.P50P99(r.TTFT), hit, within, agrees, exact,
+		fmt.Fprintf(&b, "| %s | %s | %d / %d | %.1f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			name, events, r.OK, r.Requests, 100*r.EngineHitRatio, report.P50P99(r.TTFT), hit, within, agrees, exact, routed,
 			counts(r.PerReplica), tokenizeCounts(r.Tokenize), fallbacks(r))
 	}
 	return b.String()

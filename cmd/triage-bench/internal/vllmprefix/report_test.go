@@ -13,6 +13,7 @@ func TestRowFillAndTable(t *testing.T) {
 		{Session: "s00", Turn: 0, Replica: "vllm-0", TTFT: 40 * time.Millisecond, Outcome: Outcome{Predicted: 0, HasPrediction: true, Cached: 0, Prompt: 200}},
 		{Session: "s00", Turn: 1, Replica: "vllm-0", TTFT: 50 * time.Millisecond, Outcome: Outcome{Predicted: 192, HasPrediction: true, Cached: 192, Prompt: 260}},
 		{Session: "s01", Turn: 0, Replica: "vllm-1", TTFT: 60 * time.Millisecond, Outcome: Outcome{Predicted: 160, HasPrediction: true, Cached: 0, Prompt: 200}},
+		{Session: "s02", Turn: 0, Replica: "vllm-1", TTFT: 70 * time.Millisecond, Outcome: Outcome{Predicted: 0, Pending: 160, HasPrediction: true, Cached: 0, Prompt: 200}},
 		{Session: "s01", Turn: 1, Replica: "vllm-1", Err: "status 502: upstream"},
 	}
 	before := []cacheCounters{{Queries: 1000, Hits: 100}, {Queries: 0, Hits: 0}}
@@ -20,18 +21,20 @@ func TestRowFillAndTable(t *testing.T) {
 	row := Row{Key: "prefix-cache+events", Policy: "prefix-cache", Events: true}
 	row.fill(results, before, after, 32)
 
-	require.Equal(t, 4, row.Requests)
-	require.Equal(t, 3, row.OK)
+	require.Equal(t, 5, row.Requests)
+	require.Equal(t, 4, row.OK)
 	require.Equal(t, "s01 turn 1: status 502: upstream", row.FirstError)
-	require.Equal(t, map[string]int{"vllm-0": 2, "vllm-1": 2}, row.PerReplica)
+	require.Equal(t, map[string]int{"vllm-0": 2, "vllm-1": 3}, row.PerReplica)
 	require.Equal(t, 660.0, row.EngineQueries)
 	require.Equal(t, 192.0, row.EngineHits)
 	require.InDelta(t, 192.0/660, row.EngineHitRatio, 1e-9)
-	require.Equal(t, 660, row.UsagePrompt)
+	require.Equal(t, 860, row.UsagePrompt)
 	require.Equal(t, 192, row.UsageCached)
-	require.Equal(t, 3, row.TTFT.N)
-	require.Equal(t, Agreement{Requests: 3, Predicted: 3, HitAgrees: 2, WithinBlock: 2, Agrees: 2, Exact: 2, Over: 1}, row.Agreement)
-	require.Equal(t, []string{"s01 turn 0 on vllm-1: predicted 160, cached 0 of 200 prompt tokens"}, row.Disagreements)
+	require.Equal(t, 4, row.TTFT.N)
+	require.Equal(t, Agreement{Requests: 4, Predicted: 4, HitAgrees: 3, WithinBlock: 3, Agrees: 3, Exact: 3, Over: 1}, row.Agreement)
+	require.Equal(t, Agreement{Requests: 4, Predicted: 4, HitAgrees: 2, WithinBlock: 2, Agrees: 2, Exact: 2, Over: 2}, row.AgreementRouted,
+		"the pending tokens count in the routed view only")
+	require.Equal(t, []string{"s01 turn 0 on vllm-1: predicted 160 (+0 pending), cached 0 of 200 prompt tokens"}, row.Disagreements)
 
 	guess := Row{Key: "round-robin", Policy: "round-robin"}
 	guess.fill(results[:1], before, before, 32)
@@ -39,13 +42,13 @@ func TestRowFillAndTable(t *testing.T) {
 	table := rep.Table()
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	require.Len(t, lines, 4)
-	require.Contains(t, lines[2], "| prefix-cache | yes | 3 / 4 | 29.1% |")
-	require.Contains(t, lines[2], "| 66.7% | 66.7% | 66.7% | 66.7% | vllm-0 2, vllm-1 2 |")
+	require.Contains(t, lines[2], "| prefix-cache | yes | 4 / 5 | 29.1% |")
+	require.Contains(t, lines[2], "| 75.0% | 75.0% | 75.0% | 75.0% | 50.0% | vllm-0 2, vllm-1 3 |")
 	require.Contains(t, lines[3], "| round-robin | no | 1 / 1 | 0.0% |")
-	require.Contains(t, lines[3], "| n/a | n/a | n/a | n/a |")
+	require.Contains(t, lines[3], "| n/a | n/a | n/a | n/a | n/a |")
 	md := rep.Markdown()
-	require.Contains(t, md, "prefix-cache+events: 1 of 4 requests failed, first: s01 turn 1")
-	require.Contains(t, md, "- s01 turn 0 on vllm-1: predicted 160, cached 0")
+	require.Contains(t, md, "prefix-cache+events: 1 of 5 requests failed, first: s01 turn 1")
+	require.Contains(t, md, "- s01 turn 0 on vllm-1: predicted 160 (+0 pending), cached 0")
 }
 
 func TestGatewayYAMLRoutesOnEventsOnlyWhenAsked(t *testing.T) {

@@ -431,6 +431,7 @@ func ask(ctx context.Context, client *http.Client, c *config, base string, s Ses
 		if n, err := strconv.Atoi(h); err == nil {
 			r.Outcome.Predicted, r.Outcome.HasPrediction = n, true
 		}
+		r.Outcome.Pending, _ = strconv.Atoi(resp.Header.Get("x-router-pending-cached-tokens"))
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
