@@ -154,6 +154,27 @@ func (e *engine) resetPrefixCache(ctx context.Context) error {
 	}
 }
 
+// step makes the engine run one scheduler step, sent to it directly: a one-token completion
+// of a prompt shorter than a block, so that it stores no block of its own.
+func (e *engine) step(ctx context.Context) error {
+	body := `{"model":"` + ServedName + `","prompt":"hi","max_tokens":1}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/completions", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: one-token completion: status %d: %s", e.name, resp.StatusCode, b)
+	}
+	return nil
+}
+
 // cacheCounters are an engine's prefix-cache counters, in tokens.
 type cacheCounters struct {
 	Queries float64 `json:"queries"`

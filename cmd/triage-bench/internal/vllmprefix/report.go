@@ -43,14 +43,16 @@ type Row struct {
 
 	TTFT       stats.Summary  `json:"ttft"`
 	PerReplica map[string]int `json:"requests_per_replica"`
-	// Agreement compares the engine-reported prediction with cached_tokens;
-	// AgreementRouted the prediction with the pending window added, what the policy
-	// routed on.
+	// Agreement compares what the policy routed on (the engine-reported blocks and the
+	// pending window) with cached_tokens; AgreementStored the engine-reported blocks alone.
 	Agreement       Agreement `json:"agreement"`
-	AgreementRouted Agreement `json:"agreement_with_pending"`
+	AgreementStored Agreement `json:"agreement_stored_only"`
 
-	Tokenize  map[string]float64 `json:"tokenize,omitempty"`
-	Fallbacks float64            `json:"kv_fallbacks"`
+	Tokenize map[string]float64 `json:"tokenize,omitempty"`
+	// TokenizeMeanMs is the mean time a request spent on the engine's /tokenize
+	// (triage_upstream_tokenize_seconds), uncached calls only.
+	TokenizeMeanMs float64 `json:"tokenize_mean_ms,omitempty"`
+	Fallbacks      float64 `json:"kv_fallbacks"`
 	// EventsReceived counts the KV events the gateway received, by type (BlockRemoved:
 	// evictions, which the small KV caches are there to cause).
 	EventsReceived map[string]float64 `json:"kv_events_received,omitempty"`
@@ -80,7 +82,7 @@ func (row *Row) fill(results []result, before, after []cacheCounters, blockSize 
 		row.UsagePrompt += r.Outcome.Prompt
 		row.UsageCached += r.Outcome.Cached
 		o := r.Outcome
-		if o.HasPrediction && !Agree([]Outcome{o}, blockSize).agreesAll() && len(row.Disagreements) < 20 {
+		if o.HasPrediction && !Agree(WithPending([]Outcome{o}), blockSize).agreesAll() && len(row.Disagreements) < 20 {
 			row.Disagreements = append(row.Disagreements, fmt.Sprintf("%s turn %d on %s: predicted %d (+%d pending), cached %d of %d prompt tokens",
 				r.Session, r.Turn, r.Replica, o.Predicted, o.Pending, o.Cached, o.Prompt))
 		}
@@ -94,8 +96,8 @@ func (row *Row) fill(results []result, before, after []cacheCounters, blockSize 
 		row.EngineHitRatio = row.EngineHits / row.EngineQueries
 	}
 	row.TTFT = stats.Summarize(ttft)
-	row.Agreement = Agree(outcomes, blockSize)
-	row.AgreementRouted = Agree(WithPending(outcomes), blockSize)
+	row.Agreement = Agree(WithPending(outcomes), blockSize)
+	row.AgreementStored = Agree(outcomes, blockSize)
 }
 
 // agreesAll reports whether every request agreed.
@@ -115,13 +117,13 @@ func (rep *Report) Markdown() string {
 	b.WriteString("\n" + agreementNote)
 	for _, r := range rep.Rows {
 		if len(r.EventsReceived) > 0 {
-			fmt.Fprintf(&b, "\n%s: KV events received %s (block_removed: the engines' evictions).\n", r.Key, tokenizeCounts(r.EventsReceived))
+			fmt.Fprintf(&b, "\n%s: KV events received %s (block_removed: the engines' evictions).\n", r.Key, floatCounts(r.EventsReceived))
 		}
 		if r.FirstError != "" {
 			fmt.Fprintf(&b, "\n%s: %d of %d requests failed, first: %s\n", r.Key, r.Requests-r.OK, r.Requests, r.FirstError)
 		}
 		if len(r.Disagreements) > 0 {
-			fmt.Fprintf(&b, "\n%s, requests whose prediction disagreed (at most 20):\n\n", r.Key)
+			fmt.Fprintf(&b, "\n%s, requests whose prediction (stored + pending) disagreed (at most 20):\n\n", r.Key)
 			for _, d := range r.Disagreements {
 				fmt.Fprintf(&b, "- %s\n", d)
 			}
@@ -132,32 +134,33 @@ func (rep *Report) Markdown() string {
 
 // agreementNote defines the agreement columns (see Agree).
 const agreementNote = `Engine hit ratio: the delta of vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total (tokens), both engines summed, over the run. ` +
-	"Prediction columns: the gateway's `x-router-predicted-cached-tokens` (the leading tokens the chosen replica's engine had reported stored, by its KV events, when the gateway picked it) against the engine's `usage.prompt_tokens_details.cached_tokens`, over the requests that completed; " +
+	"Prediction columns: what the gateway's policy counted the chosen replica as holding when it picked it, `x-router-predicted-cached-tokens` (the leading tokens its engine had reported stored by KV events) plus `x-router-pending-cached-tokens` (further blocks an earlier pick had just sent there, not yet confirmed), against the engine's `usage.prompt_tokens_details.cached_tokens`, over the requests that completed; " +
 	"*hit* = both zero or both non-zero; *≤1 block* = they differ by at most one block (vLLM never serves a prompt's last token from the cache, so a fully cached prompt of whole blocks reports one block less than it holds); *agrees* = both; a request without the header agrees with nothing. " +
-	"*With pending: agrees* is the same with `x-router-pending-cached-tokens` added to the prediction: the blocks the policy counted as held because an earlier pick had just sent them there, which is what it routed on. " +
+	"*Engine-reported alone: agrees* leaves the pending blocks out. The /tokenize mean is the time a request spent on the engine's `/tokenize` before its pick (uncached calls). " +
 	"Runs without KV events have no prediction to compare (the guess is kept in 128-character blocks, not tokens).\n"
 
 // Table is the report's table, one row per run.
 func (rep *Report) Table() string {
 	var b strings.Builder
-	b.WriteString("| policy | KV events | ok / requests | engine hit ratio | TTFT p50 / p99 | prediction: hit | ≤1 block | agrees | exact | with pending: agrees | requests per replica | tokenize | fallbacks |\n")
+	b.WriteString("| policy | KV events | ok / requests | engine hit ratio | TTFT p50 / p99 | prediction: hit | ≤1 block | agrees | exact | engine-reported alone: agrees | requests per replica | /tokenize mean | fallbacks |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rows {
-		events, hit, within, agrees, exact, routed := "no", "n/a", "n/a", "n/a", "n/a", "n/a"
+		events, hit, within, agrees, exact, stored, tok := "no", "n/a", "n/a", "n/a", "n/a", "n/a", "—"
 		if r.Events {
-			a, ar := r.Agreement, r.AgreementRouted
+			a, as := r.Agreement, r.AgreementStored
 			events = "yes"
 			hit, within = pct(a.Rate(a.HitAgrees)), pct(a.Rate(a.WithinBlock))
 			agrees, exact = pct(a.Rate(a.Agrees)), pct(a.Rate(a.Exact))
-			routed = pct(ar.Rate(ar.Agrees))
+			stored = pct(as.Rate(as.Agrees))
+			tok = report.Millis(r.TokenizeMeanMs)
 		}
 		name := r.Policy
 		if r.Variant != "" {
 			name += "-" + r.Variant
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d / %d | %.1f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			name, events, r.OK, r.Requests, 100*r.EngineHitRatio, report.P50P99(r.TTFT), hit, within, agrees, exact, routed,
-			counts(r.PerReplica), tokenizeCounts(r.Tokenize), fallbacks(r))
+			name, events, r.OK, r.Requests, 100*r.EngineHitRatio, report.P50P99(r.TTFT), hit, within, agrees, exact, stored,
+			counts(r.PerReplica), tok, fallbacks(r))
 	}
 	return b.String()
 }
@@ -177,10 +180,7 @@ func counts(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func tokenizeCounts(m map[string]float64) string {
-	if len(m) == 0 {
-		return "—"
-	}
+func floatCounts(m map[string]float64) string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

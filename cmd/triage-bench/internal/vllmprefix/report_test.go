@@ -31,10 +31,11 @@ func TestRowFillAndTable(t *testing.T) {
 	require.Equal(t, 860, row.UsagePrompt)
 	require.Equal(t, 192, row.UsageCached)
 	require.Equal(t, 4, row.TTFT.N)
-	require.Equal(t, Agreement{Requests: 4, Predicted: 4, HitAgrees: 3, WithinBlock: 3, Agrees: 3, Exact: 3, Over: 1}, row.Agreement)
-	require.Equal(t, Agreement{Requests: 4, Predicted: 4, HitAgrees: 2, WithinBlock: 2, Agrees: 2, Exact: 2, Over: 2}, row.AgreementRouted,
-		"the pending tokens count in the routed view only")
-	require.Equal(t, []string{"s01 turn 0 on vllm-1: predicted 160 (+0 pending), cached 0 of 200 prompt tokens"}, row.Disagreements)
+	require.Equal(t, Agreement{Requests: 4, Predicted: 4, HitAgrees: 2, WithinBlock: 2, Agrees: 2, Exact: 2, Over: 2}, row.Agreement,
+		"what the policy routed on: the pending tokens count")
+	require.Equal(t, Agreement{Requests: 4, Predicted: 4, HitAgrees: 3, WithinBlock: 3, Agrees: 3, Exact: 3, Over: 1}, row.AgreementStored)
+	require.Equal(t, []string{"s01 turn 0 on vllm-1: predicted 160 (+0 pending), cached 0 of 200 prompt tokens",
+		"s02 turn 0 on vllm-1: predicted 0 (+160 pending), cached 0 of 200 prompt tokens"}, row.Disagreements)
 
 	guess := Row{Key: "round-robin", Policy: "round-robin"}
 	guess.fill(results[:1], before, before, 32)
@@ -43,7 +44,7 @@ func TestRowFillAndTable(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	require.Len(t, lines, 4)
 	require.Contains(t, lines[2], "| prefix-cache | yes | 4 / 5 | 29.1% |")
-	require.Contains(t, lines[2], "| 75.0% | 75.0% | 75.0% | 75.0% | 50.0% | vllm-0 2, vllm-1 3 |")
+	require.Contains(t, lines[2], "| 50.0% | 50.0% | 50.0% | 50.0% | 75.0% | vllm-0 2, vllm-1 3 |")
 	require.Contains(t, lines[3], "| round-robin | no | 1 / 1 | 0.0% |")
 	require.Contains(t, lines[3], "| n/a | n/a | n/a | n/a | n/a |")
 	md := rep.Markdown()

@@ -55,6 +55,7 @@ type config struct {
 	RequestTimeout  time.Duration `json:"request_timeout"`
 	Bin             string        `json:"-"`
 	Out             string        `json:"-"`
+	Logs            string        `json:"-"`
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -79,7 +80,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	venv := fs.String("venv", ".deps/vllm-venv", "the vLLM virtual environment")
 	model := fs.String("model", ".deps/tiny-llama", "the model folder the engines serve")
 	fs.StringVar(&c.Bin, "bin", "bin/triage", "gateway binary")
-	fs.StringVar(&c.Out, "out", "", "write results.json, table.md and the logs into this folder")
+	fs.StringVar(&c.Out, "out", "", "write results.json and table.md into this folder")
+	fs.StringVar(&c.Logs, "logs", "", "write the engines' and gateways' logs and configs into this folder (default: a new temporary folder)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -150,7 +152,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := os.Stat(c.Bin); err != nil {
 		return fmt.Errorf("gateway binary: %w (build it: make build)", err)
 	}
-	logDir := c.Out
+	logDir := c.Logs
 	if logDir == "" {
 		if logDir, err = os.MkdirTemp("", "triage-vllm-prefix-"); err != nil {
 			return err
@@ -242,9 +244,31 @@ func runVariant(ctx context.Context, c *config, v Variant, engines []*engine, tr
 			return row, fmt.Errorf("the engines' KV-event connections to the gateway: %w", err)
 		}
 	}
+	cleared := func(m map[string]float64) float64 { return m["all_blocks_cleared"] }
+	m0, err := gw.Metrics(ctx)
+	if err != nil {
+		return row, err
+	}
 	for _, e := range engines {
 		if err := e.resetPrefixCache(ctx); err != nil {
 			return row, err
+		}
+		// vLLM publishes the reset's AllBlocksCleared with the events of its next
+		// step, which only a request makes: without one, the first requests would
+		// be routed on blocks the engine no longer holds (events it queued while no
+		// gateway listened, delivered when this one bound the socket).
+		if err := e.step(ctx); err != nil {
+			return row, err
+		}
+	}
+	if v.Events {
+		err := waitFor(ctx, 30*time.Second, func() bool {
+			m, err := gw.Metrics(ctx)
+			return err == nil && cleared(eventsByType(m)) >= cleared(eventsByType(m0))+float64(len(engines)) &&
+				m.Sum("triage_upstream_kv_events_index_blocks") == 0
+		})
+		if err != nil {
+			return row, fmt.Errorf("the engines' AllBlocksCleared after the reset, and an empty index: %w", err)
 		}
 	}
 	before, err := scrapeEngines(ctx, engines)
@@ -269,18 +293,27 @@ func runVariant(ctx context.Context, c *config, v Variant, engines []*engine, tr
 			row.Tokenize[r] = n
 		}
 	}
+	if n := gm.Sum("triage_upstream_tokenize_seconds_count"); n > 0 {
+		row.TokenizeMeanMs = 1000 * gm.Sum("triage_upstream_tokenize_seconds_sum") / n
+	}
 	row.Fallbacks = gm.Sum("triage_upstream_kv_events_fallbacks_total")
-	row.EventsReceived = map[string]float64{}
-	for series, n := range gm {
+	row.EventsReceived = eventsByType(gm)
+	return row, nil
+}
+
+// eventsByType sums triage_upstream_kv_events_received_total by its type label.
+func eventsByType(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for series, n := range m {
 		if name, labels, ok := strings.Cut(series, "{"); ok && name == "triage_upstream_kv_events_received_total" {
 			for _, l := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
 				if t, ok := strings.CutPrefix(l, "type="); ok {
-					row.EventsReceived[strings.Trim(t, `"`)] += n
+					out[strings.Trim(t, `"`)] += n
 				}
 			}
 		}
 	}
-	return row, nil
+	return out
 }
 
 func waitFor(ctx context.Context, limit time.Duration, ok func() bool) error {
