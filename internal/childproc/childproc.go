@@ -32,8 +32,9 @@ type Options struct {
 	// LogPath receives the child's stdout and stderr (created or truncated); "" discards
 	// them.
 	LogPath string
-	// Env is the child's environment; nil inherits this process's.
-	Env []string
+	// ExtraEnv ("KEY=value" each) is added to the environment the child inherits; an
+	// entry overrides an inherited one of the same key.
+	ExtraEnv []string
 	// Group starts the child in a process group of its own, and Stop and Kill signal
 	// the whole group: for children that start children of their own (a vLLM API
 	// server and its engine-core process), which must not outlive them.
@@ -61,7 +62,10 @@ func Start(bin string, args []string, opts Options) (*Proc, error) {
 		defer logf.Close() // the child holds its own descriptor
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
-	cmd.Env = opts.Env
+	if len(opts.ExtraEnv) > 0 {
+		// exec uses the last value of a repeated key.
+		cmd.Env = append(cmd.Environ(), opts.ExtraEnv...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: opts.Group}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)

@@ -59,12 +59,15 @@ func gone(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
-func TestEnvReplacesTheEnvironment(t *testing.T) {
+func TestExtraEnvIsAddedAndWins(t *testing.T) {
+	t.Setenv("CHILDPROC_Y", "inherited")
+	t.Setenv("CHILDPROC_Z", "inherited")
 	out := filepath.Join(t.TempDir(), "out")
-	p, err := Start("/bin/sh", []string{"-c", "echo \"$CHILDPROC_X-$HOME\""}, Options{LogPath: out, Env: []string{"CHILDPROC_X=1"}})
+	p, err := Start("/bin/sh", []string{"-c", `echo "$CHILDPROC_X $CHILDPROC_Y $CHILDPROC_Z"`},
+		Options{LogPath: out, ExtraEnv: []string{"CHILDPROC_X=1", "CHILDPROC_Z=set"}})
 	require.NoError(t, err)
 	<-p.Exited()
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
-	require.Equal(t, "1-\n", string(b), "only the given variables")
+	require.Equal(t, "1 inherited set\n", string(b))
 }

@@ -82,7 +82,7 @@ func startEngines(ctx context.Context, c engineConfig, n, cpus int, logDir strin
 			"--enable-prefix-caching", "--enable-prompt-tokens-details", "--generation-config", "vllm",
 			"--kv-events-config", string(kvCfg)}
 		e.p, err = childproc.Start(c.Python, args, childproc.Options{Dir: os.TempDir(), LogPath: e.logPath,
-			Env: engineEnv(i % max(cpus, 1)), Group: true})
+			ExtraEnv: engineEnv(i % max(cpus, 1)), Group: true})
 		if err != nil {
 			stopAll()
 			return nil, err
@@ -100,19 +100,12 @@ func startEngines(ctx context.Context, c engineConfig, n, cpus int, logDir strin
 	return es, nil
 }
 
-// engineEnv is the engine's environment: this process's without VLLM_, HF_ and
-// TRANSFORMERS_ settings, one core (VLLM_CPU_OMP_THREADS_BIND), offline, and dev mode for
-// POST /reset_prefix_cache.
+// engineEnv is what the engine's environment adds to this process's: one core
+// (VLLM_CPU_OMP_THREADS_BIND), offline, and dev mode for POST /reset_prefix_cache.
 func engineEnv(core int) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "VLLM_") && !strings.HasPrefix(kv, "HF_") && !strings.HasPrefix(kv, "TRANSFORMERS_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, "VLLM_CPU_OMP_THREADS_BIND="+strconv.Itoa(core), "OMP_NUM_THREADS=1",
+	return []string{"VLLM_CPU_OMP_THREADS_BIND=" + strconv.Itoa(core), "OMP_NUM_THREADS=1",
 		"VLLM_HOST_IP=127.0.0.1", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1", "HF_HUB_OFFLINE=1",
-		"TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false", "VLLM_SERVER_DEV_MODE=1")
+		"TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false", "VLLM_SERVER_DEV_MODE=1"}
 }
 
 // stop stops the engine and its engine-core child. A vLLM told to stop may exit non-zero;
