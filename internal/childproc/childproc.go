@@ -101,11 +101,23 @@ func (p *Proc) Err() error {
 
 // Kill sends SIGKILL and waits for the exit. Idempotent; a nil Proc is a no-op.
 func (p *Proc) Kill() {
-	if p == nil || !p.Alive() {
+	if p == nil {
+		return
+	}
+	if !p.Alive() {
+		p.reapGroup()
 		return
 	}
 	p.signal(syscall.SIGKILL)
 	<-p.exited
+}
+
+// reapGroup kills what is left of the group of a child that has exited on its own. The
+// group's id cannot be another process's while any member of it lives.
+func (p *Proc) reapGroup() {
+	if p.group {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 // signal sends sig to the child, or to its whole process group when it has one.
@@ -122,6 +134,7 @@ func (p *Proc) signal(sig syscall.Signal) {
 // that has already exited is not reported again.
 func (p *Proc) Stop(grace time.Duration) error {
 	if !p.Alive() {
+		p.reapGroup()
 		return nil
 	}
 	p.signal(syscall.SIGTERM)

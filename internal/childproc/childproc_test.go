@@ -47,6 +47,24 @@ func TestGroupStopsTheChildsChildren(t *testing.T) {
 	}
 }
 
+// A group whose leader exited on its own (a server whose worker outlived it) is killed by
+// Stop all the same.
+func TestGroupStopAfterTheLeaderExited(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p, err := Start("/bin/sh", []string{"-c", "sleep 300 & echo $! > " + pidFile}, Options{Group: true})
+	require.NoError(t, err)
+	<-p.Exited()
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.False(t, gone(pid), "the sleep outlived its shell")
+	require.NoError(t, p.Stop(time.Second))
+	require.NoError(t, WaitFor(t.Context(), nil, 10*time.Second, 10*time.Millisecond, "grandchild", func() bool {
+		return gone(pid)
+	}))
+}
+
 // gone reports whether pid no longer runs: absent, or a zombie.
 func gone(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
