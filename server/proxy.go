@@ -138,7 +138,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		dl.stopTimer()
 	}
 	c.Set(HeaderReplica, resp.ReplicaID)
-	if resp.PredictedCachedTokens >= 0 {
+	if resp.Predicted {
 		c.Set(HeaderPredictedCached, strconv.Itoa(resp.PredictedCachedTokens))
 		c.Set(HeaderPendingCached, strconv.Itoa(resp.PendingCachedTokens))
 	}

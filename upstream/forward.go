@@ -97,17 +97,19 @@ type Response struct {
 	// Fallback is why a request of a disaggregated pool ran whole on one
 	// replica instead (a FallbackReason); "" when it did not.
 	Fallback FallbackReason
+	// Predicted reports that the gateway had a prediction of what the replica
+	// that answered held when it picked it, from the replica's KV-cache
+	// events; false when the replica publishes none, they were not live, or
+	// the request was not tokenized (and the two counts below are 0).
+	Predicted bool
 	// PredictedCachedTokens is how many leading prompt tokens the replica
-	// that answered held, as its engine's KV-cache events had told the
-	// gateway when it was picked (whole blocks): the gateway's prediction of
-	// the engine's cached_tokens. -1 when there was none: the replica
-	// publishes no events, they were not live, or the request was not
-	// tokenized.
+	// held as its engine's events had told the gateway when it was picked
+	// (whole blocks): the prediction of the engine's cached_tokens.
 	PredictedCachedTokens int
 	// PendingCachedTokens is how many further leading tokens the policy
 	// counted as held there only because earlier picks had just sent them
 	// (the pending window): blocks the engine had not yet reported stored,
-	// and may still be computing for another request. 0 without a prediction.
+	// and may still be computing for another request.
 	PendingCachedTokens int
 
 	body *responseBody
@@ -385,7 +387,7 @@ func (a *attempt) result(retried bool) (*Response, error) {
 	}
 	removeHopByHop(a.resp.Header)
 	b := newResponseBody(a)
-	stored, pending := pickPrediction(a.req, a.r.id)
+	stored, pending, predicted := pickPrediction(a.req, a.r.id)
 	return &Response{
 		Status:    a.resp.StatusCode,
 		Header:    a.resp.Header,
@@ -396,6 +398,7 @@ func (a *attempt) result(retried bool) (*Response, error) {
 		Retried:   retried,
 		body:      b,
 
+		Predicted:             predicted,
 		PredictedCachedTokens: stored,
 		PendingCachedTokens:   pending,
 	}, nil

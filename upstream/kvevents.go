@@ -288,15 +288,15 @@ type kvPick struct {
 	stored, pending int
 }
 
-// pickPrediction is what expectBlocks noted for replica id; stored is -1
+// pickPrediction is what expectBlocks noted for replica id; ok is false
 // when there is nothing (no live events for it, or the request was not
 // tokenized).
-func pickPrediction(req *policy.Request, id string) (stored, pending int) {
-	v, ok := req.Cache.(*kvView)
-	if !ok || v.pick.replica != id {
-		return -1, 0
+func pickPrediction(req *policy.Request, id string) (stored, pending int, ok bool) {
+	v, isView := req.Cache.(*kvView)
+	if !isView || v.pick.replica != id || v.pick.stored < 0 {
+		return 0, 0, false
 	}
-	return v.pick.stored, v.pick.pending
+	return v.pick.stored, v.pick.pending, true
 }
 
 // kvView is one request's policy.CacheView: its token ids, and their block

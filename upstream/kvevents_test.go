@@ -115,6 +115,7 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
+		require.True(t, resp.Predicted)
 		predicted = resp.PredictedCachedTokens
 		return resp.ReplicaID
 	}
@@ -231,7 +232,7 @@ func TestKVEventsDownFallsBackToTheGuess(t *testing.T) {
 	prompt := strings.Repeat("x", 200)
 	ctx := context.Background()
 	var got []string
-	predicted := 0
+	predicted := true
 	for range 3 {
 		resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
 			Body:    []byte(`{"model":"m","prompt":"` + prompt + `","max_tokens":1}`),
@@ -240,10 +241,10 @@ func TestKVEventsDownFallsBackToTheGuess(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
 		got = append(got, resp.ReplicaID)
-		predicted = resp.PredictedCachedTokens
+		predicted = resp.Predicted
 	}
 	require.Equal(t, got[0], got[1], "the guess keeps the prefix where it went")
-	require.Equal(t, -1, predicted, "no live events: no prediction")
+	require.False(t, predicted, "no live events: no prediction")
 	require.Equal(t, got[0], got[2])
 	require.Equal(t, float64(3), kvSeries(t, f, "fallbacks_total", "r0"))
 }
@@ -299,6 +300,10 @@ func TestKVEventsPendingKeepsABurstTogether(t *testing.T) {
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+			if !resp.Predicted {
+				answers <- answer{replica: "no prediction"}
+				return
+			}
 			answers <- answer{resp.ReplicaID, resp.PredictedCachedTokens, resp.PendingCachedTokens}
 		}()
 		// The next request starts once this one is in flight (prefilling).
