@@ -316,7 +316,7 @@ func TestKVEventsPendingKeepsABurstTogether(t *testing.T) {
 	// what drew them to the same replica was the first pick's pending
 	// blocks, and their prediction says so. The answers' order is the
 	// scheduler's, so they are compared as a set.
-	require.ElementsMatch(t, []answer{{first, 0, 0}, {first, 0, 20 * 4}, {first, 0, 20 * 4}}, got)
+	require.ElementsMatch(t, []answer{{first, 0, 0}, {first, 0, 20 * 4}, {first, 0, 20 * 4}}, got, "answers: %+v", got)
 }
 
 // BenchmarkTokenize measures what routing on KV events adds to a request
