@@ -14,7 +14,7 @@ export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-aiperf train clean help
+.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-aiperf bench-vllm-prefix train clean help
 
 ## the default: build
 all: build
@@ -233,6 +233,12 @@ bench-side-by-side: build
 	uptime > bench/results/side-by-side/uptime.txt
 	bin/triage-bench gateway --scenarios side-by-side --out bench/results/side-by-side $(ARGS)
 	uptime >> bench/results/side-by-side/uptime.txt
+
+# The replica policies on two real vLLM engines (bench/README.md, "Replica policies on real
+# vLLM"): starts two engines (~3.7 GB of RAM each), so it holds the engines lock like the suites.
+## the replica policies on two real vLLM engines: engine hit ratio, TTFT, prediction vs cached_tokens
+bench-vllm-prefix: setup-vllm build
+	flock /tmp/triage-engines.lock bin/triage-bench vllm-prefix --out bench/results/vllm-prefix $(ARGS)
 
 # The gateway's own cost as NVIDIA's aiperf measures it (docs/gateway.md, "Measure it yourself").
 ## the gateway's own cost as NVIDIA's aiperf measures it (bench/aiperf/measure.sh)

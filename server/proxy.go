@@ -138,6 +138,10 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		dl.stopTimer()
 	}
 	c.Set(HeaderReplica, resp.ReplicaID)
+	if resp.Predicted {
+		c.Set(HeaderPredictedCached, strconv.Itoa(resp.PredictedCachedTokens))
+		c.Set(HeaderPendingCached, strconv.Itoa(resp.PendingCachedTokens))
+	}
 	setDisaggHeaders(c, resp)
 	var src io.Reader = resp.Body
 	if !in.stream && !isEventStream(resp.Header.Get("Content-Type")) {

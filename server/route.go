@@ -29,6 +29,13 @@ const (
 	HeaderPromptTokens     = "x-router-prompt-tokens"
 	HeaderCompletionTokens = "x-router-completion-tokens"
 	HeaderSession          = "x-session-id"
+	// HeaderPredictedCached is upstream.Response.PredictedCachedTokens: the leading prompt
+	// tokens the replica's engine had reported stored (KV-cache events) when it was picked;
+	// absent when the gateway had no such report. HeaderPendingCached is
+	// PendingCachedTokens: the further tokens the policy counted as held there because
+	// earlier picks had just sent them (not yet confirmed by the engine).
+	HeaderPredictedCached = "x-router-predicted-cached-tokens"
+	HeaderPendingCached   = "x-router-pending-cached-tokens"
 )
 
 // route asks the router for a decision on a request that will be executed (a slow verdict

@@ -97,6 +97,20 @@ type Response struct {
 	// Fallback is why a request of a disaggregated pool ran whole on one
 	// replica instead (a FallbackReason); "" when it did not.
 	Fallback FallbackReason
+	// Predicted reports that the gateway had a prediction of what the replica
+	// that answered held when it picked it, from the replica's KV-cache
+	// events; false when the replica publishes none, they were not live, or
+	// the request was not tokenized (and the two counts below are 0).
+	Predicted bool
+	// PredictedCachedTokens is how many leading prompt tokens the replica
+	// held as its engine's events had told the gateway when it was picked
+	// (whole blocks): the prediction of the engine's cached_tokens.
+	PredictedCachedTokens int
+	// PendingCachedTokens is how many further leading tokens the policy
+	// counted as held there only because earlier picks had just sent them
+	// (the pending window): blocks the engine had not yet reported stored,
+	// and may still be computing for another request.
+	PendingCachedTokens int
 
 	body *responseBody
 }
@@ -373,6 +387,7 @@ func (a *attempt) result(retried bool) (*Response, error) {
 	}
 	removeHopByHop(a.resp.Header)
 	b := newResponseBody(a)
+	stored, pending, predicted := pickPrediction(a.req, a.r.id)
 	return &Response{
 		Status:    a.resp.StatusCode,
 		Header:    a.resp.Header,
@@ -382,5 +397,9 @@ func (a *attempt) result(retried bool) (*Response, error) {
 		TTFB:      a.ttfb,
 		Retried:   retried,
 		body:      b,
+
+		Predicted:             predicted,
+		PredictedCachedTokens: stored,
+		PendingCachedTokens:   pending,
 	}, nil
 }

@@ -246,26 +246,57 @@ func (p *Pool) attachCache(ctx context.Context, fr *ForwardRequest) {
 }
 
 // expectBlocks tells the chosen replica's subscriber that the request's
-// blocks are on their way there (the pending window).
+// blocks are on their way there (the pending window), and notes first what
+// the view said the replica held (Response.PredictedCachedTokens and
+// PendingCachedTokens).
 func (p *Pool) expectBlocks(req *policy.Request, r *replica) {
 	v, ok := req.Cache.(*kvView)
 	if !ok {
 		return
 	}
+	v.pick = kvPick{replica: r.id, stored: -1}
 	s := v.kv.subs[r.id]
 	if s == nil {
 		return
 	}
+	bs := v.blockSize(r.id, s)
 	// One set of keys, the one the replica holds more of (the base model's
 	// on a tie): pending keys of the other set would make the replica look
 	// warm for requests it has never seen.
-	keys, adapter := v.keysFor(v.blockSize(r.id, s))
-	if len(adapter) > 0 && s.Leading(adapter) > s.Leading(keys) {
-		keys = adapter
+	keys, adapter := v.keysFor(bs)
+	held := s.Leading(keys)
+	if len(adapter) > 0 {
+		if n := s.Leading(adapter); n > held {
+			keys, held = adapter, n
+		}
+	}
+	if s.Usable() && bs > 0 && len(v.tokens) > 0 {
+		stored := s.Stored(keys)
+		v.pick.stored, v.pick.pending = stored*bs, (held-stored)*bs
 	}
 	if len(keys) > 0 {
 		s.Expect(keys)
 	}
+}
+
+// kvPick is what the view said, at a pick, of the replica picked: the
+// leading prompt tokens its engine had reported stored (-1: the view had
+// nothing current to say), and those beyond them that counted as held
+// only because earlier picks sent them there (the pending window).
+type kvPick struct {
+	replica         string
+	stored, pending int
+}
+
+// pickPrediction is what expectBlocks noted for replica id; ok is false
+// when there is nothing (no live events for it, or the request was not
+// tokenized).
+func pickPrediction(req *policy.Request, id string) (stored, pending int, ok bool) {
+	v, isView := req.Cache.(*kvView)
+	if !isView || v.pick.replica != id || v.pick.stored < 0 {
+		return 0, 0, false
+	}
+	return v.pick.stored, v.pick.pending, true
 }
 
 // kvView is one request's policy.CacheView: its token ids, and their block
@@ -283,6 +314,9 @@ type kvView struct {
 	bs      int    // block size of the keys below
 	keys    []uint64
 	adapter []uint64 // keys under lora; nil when lora is 0
+
+	// pick is the latest pick's prediction, set by expectBlocks.
+	pick kvPick
 }
 
 var _ policy.CacheView = (*kvView)(nil)

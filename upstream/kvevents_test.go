@@ -106,6 +106,7 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	})
 
 	prompt := strings.Repeat("You are a careful assistant. ", 12) // 348 bytes: 21 blocks of 16
+	var predicted int
 	ask := func() string {
 		t.Helper()
 		resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
@@ -114,6 +115,8 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
+		require.True(t, resp.Predicted)
+		predicted = resp.PredictedCachedTokens
 		return resp.ReplicaID
 	}
 
@@ -121,6 +124,10 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	waitKV(t, "b's blocks", func() bool { return kvSeries(t, f, "index_blocks", "r1") == 21 })
 	for range 4 {
 		require.Equal(t, "r1", ask(), "b's engine holds the prompt")
+		// The simulator's token is 4 bytes, its block 16 bytes (4 tokens):
+		// the prompt's 21 full blocks are all held.
+		require.Equal(t, 4, f.pool.kv.subs["r1"].BlockSize())
+		require.Equal(t, 21*4, predicted, "the prediction is the held blocks' tokens")
 	}
 
 	b.srv.ClearCache()
@@ -130,6 +137,7 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	})
 	for range 4 {
 		require.Equal(t, "r0", ask(), "the gateway sent the prompt to b, but a holds it now")
+		require.Equal(t, 21*4, predicted)
 	}
 	require.Zero(t, kvSeries(t, f, "fallbacks_total", "r0"))
 	require.Equal(t, float64(1), sumSeries(t, f, "triage_upstream_tokenize_total", map[string]string{"result": "ok"}))
@@ -224,6 +232,7 @@ func TestKVEventsDownFallsBackToTheGuess(t *testing.T) {
 	prompt := strings.Repeat("x", 200)
 	ctx := context.Background()
 	var got []string
+	predicted := true
 	for range 3 {
 		resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
 			Body:    []byte(`{"model":"m","prompt":"` + prompt + `","max_tokens":1}`),
@@ -232,8 +241,10 @@ func TestKVEventsDownFallsBackToTheGuess(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
 		got = append(got, resp.ReplicaID)
+		predicted = resp.Predicted
 	}
 	require.Equal(t, got[0], got[1], "the guess keeps the prefix where it went")
+	require.False(t, predicted, "no live events: no prediction")
 	require.Equal(t, got[0], got[2])
 	require.Equal(t, float64(3), kvSeries(t, f, "fallbacks_total", "r0"))
 }
@@ -272,27 +283,40 @@ func TestKVEventsPendingKeepsABurstTogether(t *testing.T) {
 		return kvSeries(t, f, "batches_total", "r0") > 0 && kvSeries(t, f, "batches_total", "r1") > 0
 	})
 
-	prompt := strings.Repeat("A brand new shared prefix. ", 12)
-	ids := make(chan string, 3)
+	prompt := strings.Repeat("A brand new shared prefix. ", 12) // 324 bytes: 81 tokens, 20 full blocks of 4
+	type answer struct {
+		replica            string
+		predicted, pending int
+	}
+	answers := make(chan answer, 3)
 	for i := range 3 {
 		go func() {
 			resp, err := f.pool.Do(ctx, &ForwardRequest{Method: "POST", Path: "/v1/completions",
 				Body:    []byte(`{"model":"m","prompt":"` + prompt + `","max_tokens":1}`),
 				Routing: policy.Request{Prompt: prompt, InputTokens: len(prompt) / 4}})
 			if err != nil {
-				ids <- err.Error()
+				answers <- answer{replica: err.Error()}
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			ids <- resp.ReplicaID
+			if !resp.Predicted {
+				answers <- answer{replica: "no prediction"}
+				return
+			}
+			answers <- answer{resp.ReplicaID, resp.PredictedCachedTokens, resp.PendingCachedTokens}
 		}()
 		// The next request starts once this one is in flight (prefilling).
 		waitKV(t, "the request in flight", func() bool { return f.pool.InFlight() == i+1 })
 	}
-	first := <-ids
-	require.Equal(t, first, <-ids)
-	require.Equal(t, first, <-ids)
+	got := []answer{<-answers, <-answers, <-answers}
+	first := got[0].replica
+	// The first pick found nothing held and nothing pending; the engine had
+	// stored nothing before the other two either (its prefill takes 300ms):
+	// what drew them to the same replica was the first pick's pending
+	// blocks, and their prediction says so. The answers' order is the
+	// scheduler's, so they are compared as a set.
+	require.ElementsMatch(t, []answer{{first, 0, 0}, {first, 0, 20 * 4}, {first, 0, 20 * 4}}, got, "answers: %+v", got)
 }
 
 // BenchmarkTokenize measures what routing on KV events adds to a request

@@ -3,6 +3,7 @@
 //	triage-bench policies [flags]   replica-policy sweep on simulated replicas (no gateway needed)
 //	triage-bench gateway [flags]    gateway benchmarks against a bin/triage subprocess
 //	triage-bench fleet [flags]      fleet mode: gateways, Redis and replicas as processes
+//	triage-bench vllm-prefix [flags] replica policies on two real vLLM engines (prefix caching, KV events)
 //	triage-bench hello [flags]      bare net/http hello-world server, the HTTP baseline
 //	triage-bench revproxy [flags]   Go's httputil.ReverseProxy, the plain-proxy baseline
 //
@@ -11,7 +12,7 @@
 //
 // This command only dispatches: each program is a package of its own under
 // internal/ (gatewaybench: the gateway benchmarks and the hello baseline; sweep:
-// the replica-policy sweep; drills: fleet mode), which parses its flags, runs
+// the replica-policy sweep; drills: fleet mode; vllmprefix: the policies on real vLLM), which parses its flags, runs
 // its scenarios and writes their output. The gateway child process is
 // internal/gatewayproc's; every child process is started and stopped by the
 // repository's internal/childproc. The load generator, statistics, traces,
@@ -31,6 +32,7 @@ import (
 	"github.com/triage-gw/triage/cmd/triage-bench/internal/drills"
 	"github.com/triage-gw/triage/cmd/triage-bench/internal/gatewaybench"
 	"github.com/triage-gw/triage/cmd/triage-bench/internal/sweep"
+	"github.com/triage-gw/triage/cmd/triage-bench/internal/vllmprefix"
 )
 
 func main() {
@@ -61,6 +63,13 @@ Commands:
              and measure fleet mode against one gateway: shared slow slots,
              result-cache hit rate, prefix affinity, added latency, and the
              kill -9 and Redis outage drills
+  vllm-prefix
+             start two vLLM engines (tiny-llama, small KV caches) and replay a
+             multi-turn chat trace through the gateway once per policy
+             (round-robin, least-request, prefix-cache and lmetric-sticky, the
+             last two guessed and fed by KV events); report the engines' own
+             prefix-cache hit ratio, TTFT, and how often the gateway's predicted
+             cached prefix agreed with the engine's cached_tokens
   hello      serve a bare net/http hello world (the HTTP baseline of conc-hit)
   revproxy   serve Go's httputil.ReverseProxy in front of one URL (the
              plain-proxy baseline of side-by-side)
@@ -80,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return gatewaybench.Run(ctx, args[1:], stdout, stderr)
 	case "fleet":
 		return drills.Run(ctx, args[1:], stdout, stderr)
+	case "vllm-prefix":
+		return vllmprefix.Run(ctx, args[1:], stdout, stderr)
 	case "hello":
 		return gatewaybench.RunHello(ctx, args[1:], stderr)
 	case "revproxy":

@@ -32,11 +32,19 @@ type Options struct {
 	// LogPath receives the child's stdout and stderr (created or truncated); "" discards
 	// them.
 	LogPath string
+	// ExtraEnv ("KEY=value" each) is added to the environment the child inherits; an
+	// entry overrides an inherited one of the same key.
+	ExtraEnv []string
+	// Group starts the child in a process group of its own, and Stop and Kill signal
+	// the whole group: for children that start children of their own (a vLLM API
+	// server and its engine-core process), which must not outlive them.
+	Group bool
 }
 
 // Proc is a running (or exited) child process.
 type Proc struct {
 	cmd     *exec.Cmd
+	group   bool
 	logPath string
 	exited  chan struct{}
 	waitErr error // set before exited is closed
@@ -54,11 +62,15 @@ func Start(bin string, args []string, opts Options) (*Proc, error) {
 		defer logf.Close() // the child holds its own descriptor
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if len(opts.ExtraEnv) > 0 {
+		// exec uses the last value of a repeated key.
+		cmd.Env = append(cmd.Environ(), opts.ExtraEnv...)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: opts.Group}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	p := &Proc{cmd: cmd, logPath: opts.LogPath, exited: make(chan struct{})}
+	p := &Proc{cmd: cmd, group: opts.Group, logPath: opts.LogPath, exited: make(chan struct{})}
 	go func() { p.waitErr = cmd.Wait(); close(p.exited) }()
 	return p, nil
 }
@@ -89,11 +101,32 @@ func (p *Proc) Err() error {
 
 // Kill sends SIGKILL and waits for the exit. Idempotent; a nil Proc is a no-op.
 func (p *Proc) Kill() {
-	if p == nil || !p.Alive() {
+	if p == nil {
 		return
 	}
-	p.cmd.Process.Kill()
+	if !p.Alive() {
+		p.reapGroup()
+		return
+	}
+	p.signal(syscall.SIGKILL)
 	<-p.exited
+}
+
+// reapGroup kills what is left of the group of a child that has exited on its own. The
+// group's id cannot be another process's while any member of it lives.
+func (p *Proc) reapGroup() {
+	if p.group {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// signal sends sig to the child, or to its whole process group when it has one.
+func (p *Proc) signal(sig syscall.Signal) {
+	if p.group {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
 }
 
 // Stop sends SIGTERM and waits up to grace for the exit, then kills the child. It reports a
@@ -101,13 +134,18 @@ func (p *Proc) Kill() {
 // that has already exited is not reported again.
 func (p *Proc) Stop(grace time.Duration) error {
 	if !p.Alive() {
+		p.reapGroup()
 		return nil
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.signal(syscall.SIGTERM)
+	if p.group {
+		// What the leader left of its group (it was told to stop them) goes with it.
+		defer p.signal(syscall.SIGKILL)
+	}
 	select {
 	case <-p.exited:
 	case <-time.After(grace):
-		p.cmd.Process.Kill()
+		p.signal(syscall.SIGKILL)
 		<-p.exited
 		return fmt.Errorf("%s did not exit within %s of SIGTERM; killed", p.name(), grace)
 	}

@@ -193,6 +193,19 @@ func (x *index) leading(keys []uint64, now time.Time) int {
 	return len(keys)
 }
 
+// stored returns how many of keys, from the first, the replica's engine
+// reported stored and has not removed: leading without the pending window.
+func (x *index) stored(keys []uint64) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for i, k := range keys {
+		if x.held[k] == 0 {
+			return i
+		}
+	}
+	return len(keys)
+}
+
 // expect records keys as held from now for ttl (the pending window). It
 // reports false when the pending set was full and the keys were dropped.
 func (x *index) expect(keys []uint64, now time.Time, ttl time.Duration) bool {

@@ -79,7 +79,11 @@ func TestIndexPending(t *testing.T) {
 	now := time.Unix(100, 0)
 	require.True(t, x.expect(keys, now, 2*time.Second))
 	require.Equal(t, 3, x.leading(keys, now.Add(time.Second)))
-	require.Equal(t, 0, x.leading(keys, now.Add(2*time.Second)), "pending blocks expire")
+	require.Equal(t, 0, x.stored(keys), "pending is not stored")
+	x.store(stored([]uint64{7}, nil, seqTokens(0, 4), 4, 0))
+	require.Equal(t, 1, x.stored(keys), "the engine's word: the first block only")
+	require.Equal(t, 3, x.leading(keys, now.Add(time.Second)))
+	require.Equal(t, 1, x.leading(keys, now.Add(2*time.Second)), "pending blocks expire, stored ones stay")
 	require.False(t, x.expect(AppendKeys(nil, seqTokens(50, 8), 4, 0), now.Add(time.Second), time.Second), "bounded")
 	require.True(t, x.expect(AppendKeys(nil, seqTokens(50, 8), 4, 0), now.Add(3*time.Second), time.Second), "expired keys make room")
 }

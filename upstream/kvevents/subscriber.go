@@ -159,6 +159,11 @@ func (s *Subscriber) Blocks() int {
 // row: reported stored by its engine, or picked within the pending window.
 func (s *Subscriber) Leading(keys []uint64) int { return s.idx.leading(keys, s.now()) }
 
+// Stored returns how many of keys, from the first, the replica's engine has
+// reported stored and not removed: Leading without the pending window, the
+// engine's own word alone.
+func (s *Subscriber) Stored(keys []uint64) int { return s.idx.stored(keys) }
+
 // Live reports whether the replica's events can be trusted now, and counts
 // a fallback when not (the caller then uses its own guess for the replica):
 // the stream must be up or down for less than StaleAfter, and the replica
