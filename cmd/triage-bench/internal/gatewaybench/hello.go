@@ -35,20 +35,23 @@ func RunHello(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	return serveUntil(ctx, *listen, *limit, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(helloBody)
+	}), stderr)
+}
+
+// serveUntil serves h on listen until ctx ends or limit passes, then shuts down, giving open
+// requests 2 s. It prints "listening <addr>" on stderr once bound, for the parent process.
+func serveUntil(ctx context.Context, listen string, limit time.Duration, h http.Handler, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "listening %s\n", ln.Addr())
-	hs := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			w.Write(helloBody)
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	ctx, cancel := context.WithTimeout(ctx, *limit)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

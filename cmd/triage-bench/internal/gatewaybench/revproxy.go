@@ -2,11 +2,9 @@ package gatewaybench
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -39,28 +37,7 @@ func RunRevProxy(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		return fmt.Errorf("revproxy: --target must be an http:// URL with a host, got %q", *target)
 	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "listening %s\n", ln.Addr())
-	hs := &http.Server{Handler: newRevProxy(u), ReadHeaderTimeout: 10 * time.Second}
-	ctx, cancel := context.WithTimeout(ctx, *limit)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer scancel()
-	hs.Shutdown(sctx)
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serveUntil(ctx, *listen, *limit, newRevProxy(u), stderr)
 }
 
 // newRevProxy is the proxy RunRevProxy serves: every request to target, its path kept.
