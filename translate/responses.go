@@ -286,15 +286,13 @@ type ResponsesStream struct {
 	// OnBreak returns the bytes that end a stream broken by err. Nil writes an error event.
 	OnBreak func(err error) []byte
 
-	out     []byte
-	off     int
+	sseOut
 	seq     int
 	started bool
 	resp    Response
 	text    strings.Builder
 	finish  string
 	usage   *cUsage
-	done    bool
 	broken  error
 }
 
@@ -306,18 +304,7 @@ func NewResponsesStream(src io.Reader, req ResponsesRequest) *ResponsesStream {
 // Err is why the chat stream broke off, or nil.
 func (s *ResponsesStream) Err() error { return s.broken }
 
-func (s *ResponsesStream) Read(p []byte) (int, error) {
-	for s.off == len(s.out) {
-		if s.done {
-			return 0, io.EOF
-		}
-		s.out, s.off = s.out[:0], 0
-		s.step()
-	}
-	n := copy(p, s.out[s.off:])
-	s.off += n
-	return n, nil
-}
+func (s *ResponsesStream) Read(p []byte) (int, error) { return s.read(p, s.step) }
 
 func (s *ResponsesStream) step() {
 	payload, ok, err := s.r.next()

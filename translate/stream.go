@@ -31,8 +31,7 @@ type Stream struct {
 	// error event of type api_error.
 	OnBreak func(err error) []byte
 
-	out     []byte
-	off     int
+	sseOut
 	started bool
 	block   int      // index of the open content block; -1 when none is open
 	kind    string   // "text" or "tool_use" while a block is open
@@ -43,8 +42,29 @@ type Stream struct {
 	finish  string
 	matched json.RawMessage
 	usage   *cUsage
-	done    bool
 	broken  error
+}
+
+// sseOut is the reading side of a translating stream: step appends the events that the next
+// piece of the source produces to out, Read hands them out, and done says no more will come.
+type sseOut struct {
+	out  []byte
+	off  int
+	done bool
+}
+
+// read fills p from out, calling step whenever out is drained, until done.
+func (o *sseOut) read(p []byte, step func()) (int, error) {
+	for o.off == len(o.out) {
+		if o.done {
+			return 0, io.EOF
+		}
+		o.out, o.off = o.out[:0], 0
+		step()
+	}
+	n := copy(p, o.out[o.off:])
+	o.off += n
+	return n, nil
 }
 
 // NewStream translates the chat stream src for the Messages request req.
@@ -55,18 +75,7 @@ func NewStream(src io.Reader, req MessagesRequest) *Stream {
 // Err is why the chat stream broke off, or nil.
 func (s *Stream) Err() error { return s.broken }
 
-func (s *Stream) Read(p []byte) (int, error) {
-	for s.off == len(s.out) {
-		if s.done {
-			return 0, io.EOF
-		}
-		s.out, s.off = s.out[:0], 0
-		s.step()
-	}
-	n := copy(p, s.out[s.off:])
-	s.off += n
-	return n, nil
-}
+func (s *Stream) Read(p []byte) (int, error) { return s.read(p, s.step) }
 
 // step reads one line of the chat stream and appends what it produces to out.
 func (s *Stream) step() {
