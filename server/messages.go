@@ -157,9 +157,7 @@ func (s *Server) handleMessages(c *fiber.Ctx, rq *request) error {
 		if resp.Status >= 200 && resp.Status < 300 {
 			if out, err = translate.ChatToMessage(b, treq); err != nil {
 				resp.Body.Close()
-				s.log.Warn("untranslatable chat answer", "pool", r.Pool.Name(), "replica", resp.ReplicaID, "err", err)
-				return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_invalid_answer",
-					message: "upstream " + r.Pool.Name() + "/" + resp.ReplicaID + ": the chat answer could not be translated to a message"}
+				return s.untranslatable(r.Pool.Name(), resp.ReplicaID, "message", err)
 			}
 		}
 		st.src = bytes.NewReader(out)
@@ -225,4 +223,12 @@ func (s *Server) handleCountTokens(c *fiber.Ctx, rq *request) error {
 	c.Status(resp.Status)
 	copyResponseHeader(c, resp.Header)
 	return c.Send(b)
+}
+
+// untranslatable is the 502 for a replica's chat answer that could not be turned into the
+// client's API (what: "message", "response"); the reason goes to the log, not the client.
+func (s *Server) untranslatable(pool, replica, what string, err error) error {
+	s.log.Warn("untranslatable chat answer", "pool", pool, "replica", replica, "err", err)
+	return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_invalid_answer",
+		message: "upstream " + pool + "/" + replica + ": the chat answer could not be translated to a " + what}
 }

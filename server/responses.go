@@ -230,9 +230,7 @@ func (s *Server) sendTranslatedResponse(c *fiber.Ctx, rq *request, dl *deadline,
 		if resp.Status >= 200 && resp.Status < 300 {
 			if b, err = translate.ChatToResponse(b, treq); err != nil {
 				resp.Body.Close()
-				s.log.Warn("untranslatable chat answer", "pool", r.Pool.Name(), "replica", resp.ReplicaID, "err", err)
-				return &apiError{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_invalid_answer",
-					message: "upstream " + r.Pool.Name() + "/" + resp.ReplicaID + ": the chat answer could not be translated to a response"}
+				return s.untranslatable(r.Pool.Name(), resp.ReplicaID, "response", err)
 			}
 		}
 		st.src = bytes.NewReader(b)
