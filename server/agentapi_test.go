@@ -201,6 +201,26 @@ func TestMessagesTranslatedToChat(t *testing.T) {
 	require.Equal(t, "max_tokens is too large", msg)
 }
 
+// TestUntranslatableChatAnswerIs502 gives a chat-only pool a 200 that is not a chat answer:
+// both agent APIs answer 502 upstream_invalid_answer naming the replica, never a half-built
+// message or response.
+func TestUntranslatableChatAnswerIs502(t *testing.T) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat", "completions"} })
+	ts.fast.onGenerate = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":"not a list"}`)
+	}
+	for _, c := range []struct{ path, body, what string }{
+		{"/v1/messages", `{"max_tokens":5,"messages":[{"role":"user","content":"hi p=0.1"}]}`, "message"},
+		{"/v1/responses", `{"input":"hi p=0.1"}`, "response"},
+	} {
+		resp, b := postJSON(t, ts.url+c.path, c.body)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, c.path+": "+string(b))
+		require.Contains(t, string(b), "could not be translated to a "+c.what, c.path)
+		require.Contains(t, string(b), "upstream fast/", c.path)
+	}
+}
+
 func TestMessagesStreamTranslatedFromSimChat(t *testing.T) {
 	url, _, _ := simServer(t, 1, func(c *gatewayConfig) { c.Pools.Fast.APIs = []string{"chat"} })
 	resp, b := postJSON(t, url+"/v1/messages", `{"max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hello p=0.1"}]}`)
