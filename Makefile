@@ -119,7 +119,7 @@ test-notebook:
 # export is complete. About a minute.
 ## retrain on train/examples/operator-example.jsonl and check the export (about a minute)
 test-train-example:
-	cd train && $(VENV)/bin/python -m pytest -q -p no:cacheprovider test_dataset.py
+	cd train && $(VENV)/bin/python -m pytest -q -p no:cacheprovider test_dataset.py test_textfilter.py
 	rm -rf $(DEPS)/ci-example
 	cd train && TRIAGE_DATA=examples/operator-example.jsonl TRIAGE_OOD_MAX=500 TRIAGE_EXPORT_DIR=$(DEPS)/ci-example \
 	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=1200 \

@@ -57,9 +57,12 @@ func (s Stage) String() string {
 const Separator = " [SEP] "
 
 // FormatInput builds the text the model was trained on: the instruction
-// alone, or "instruction [SEP] context" when there is a context.
+// without its noise words (FilterNoise) alone, or "instruction [SEP] context"
+// when there is a context. The context is left as it is: it is a document the
+// request carries, and whether there is one (has_context) is what the heads
+// read from it.
 func FormatInput(instruction, context string) string {
-	instruction = strings.TrimSpace(instruction)
+	instruction = strings.TrimSpace(FilterNoise(instruction))
 	context = strings.TrimSpace(context)
 	if context == "" {
 		return instruction
