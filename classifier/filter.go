@@ -15,10 +15,10 @@ const NoiseFilter = "noise_words_v1"
 const groupMax = 8
 
 // FilterNoise drops the words of s that carry nothing for the fast/slow decision and
-// returns the rest; FormatInput applies it to the instruction, so both stages, the
-// batcher and the decision cache see the same filtered text. The training notebook's
+// returns the rest. The training notebook's
 // twin is train/textfilter.py; classifier/testdata/noise_filter.jsonl holds the cases
-// both must answer alike.
+// both must answer alike. The router applies it (FilterInput) for a model whose
+// manifest names it (Manifest.TextFilter), before its cache, batcher and both stages.
 //
 // A word is a run of non-space runes (unicode.IsSpace). A word is noise when it holds an
 // ASCII digit (numbers, ids, hex, uuids, versions, dates, "#4821"); "://" or "www."

@@ -54,10 +54,14 @@ func TestFilterNoiseCleanTextDoesNotAllocate(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = FilterNoise(s) }))
 }
 
-func TestFormatInputFiltersTheInstructionOnly(t *testing.T) {
-	require.Equal(t, "Summarize this [SEP] In 1969, 3 astronauts flew.",
-		FormatInput("Summarize this (ref r7-true-c2-00ff) ", " In 1969, 3 astronauts flew. "))
-	require.Equal(t, "#4821", FormatInput(" #4821 ", ""))
+func TestFilterInputFiltersTheInstructionOnly(t *testing.T) {
+	in := FormatInput("Summarize this (ref r7-true-c2-00ff) ", " In 1969, 3 astronauts flew. ")
+	require.Equal(t, "Summarize this [SEP] In 1969, 3 astronauts flew.", FilterInput(in))
+	require.Equal(t, "Write a poem", FilterInput("Write a poem #4821"))
+	require.Equal(t, "#4821", FilterInput("#4821"), "noise only: kept as it came")
+	require.Equal(t, "Summarize [SEP] 12 34", FilterInput("Summarize [SEP] 12 34"))
+	clean := "Write a poem [SEP] about 3 seas"
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = FilterInput(clean) }))
 }
 
 // BenchmarkFilterNoise measures the filter on prompts as they arrive: a clean Dolly-like

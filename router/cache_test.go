@@ -58,21 +58,6 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
-// TestInputDropsNoiseSoTagsShareAnEntry: the cache key is Input's text, so the same
-// instruction with other ticket numbers, reference tags or URLs is one entry, and the
-// context is left as it came.
-func TestInputDropsNoiseSoTagsShareAnEntry(t *testing.T) {
-	want := "Write a poem about the sea"
-	for _, in := range []string{
-		"Write a poem about the sea #4821",
-		"Write  a poem about the sea (ref r1-false-c1-3fa9b2c1-8e2d-123)",
-		"[build 3fa9b2c] Write a poem\nabout the sea https://example.com/a?id=7",
-	} {
-		require.Equal(t, want, Input(in, ""), "Input(%q)", in)
-	}
-	require.Equal(t, "Summarize [SEP] In 1969, 3 astronauts flew.", Input("Summarize #12", "In 1969, 3 astronauts  flew."))
-}
-
 func TestCacheStoresModelOutputByVersionAndText(t *testing.T) {
 	rc, _ := newTestCache(t, CacheConfig{Enabled: true, MaxEntries: 100, TTL: time.Minute})
 	_, ok := rc.get("v1", "hello")

@@ -8,13 +8,11 @@ import (
 	"github.com/triage-gw/triage/classifier"
 )
 
-// Input builds the classifier's input for one request: the instruction without its noise
-// words (classifier.FilterNoise: numbers, ids, URLs, paths, code, bracketed tags) alone, or
+// Input builds the classifier's input for one request: the instruction alone, or
 // "instruction [SEP] context" when there is a context, with whitespace normalised (see
-// normalize). It is the text the cache is keyed by and the batcher deduplicates on, so every
-// front end must build it here. Requests whose instructions differ only in noise words (the
-// same question with another ticket number or reference tag) are one cache entry: intended,
-// since both stages see the same filtered text and so give them the same answer.
+// normalize). Every front end must build it here. The router then drops the instruction's
+// noise words when the model was trained behind the noise filter (see Filtered); the
+// filtered text is the one the cache is keyed by and the batcher deduplicates on.
 func Input(instruction, context string) string {
 	return normalize(classifier.FormatInput(instruction, context))
 }
