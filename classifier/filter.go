@@ -100,15 +100,23 @@ type wordSpan struct {
 	noise, drop bool
 }
 
+// asciiSpace marks the ASCII bytes unicode.IsSpace reports as space.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
 // splitWords appends the spans of s's words (runs of non-space runes) to out.
 func splitWords(s string, out []wordSpan) []wordSpan {
 	start := -1
 	for i := 0; i < len(s); {
-		r, n := rune(s[i]), 1
-		if r >= utf8.RuneSelf {
+		var space bool
+		n := 1
+		if c := s[i]; c < utf8.RuneSelf {
+			space = asciiSpace[c]
+		} else {
+			var r rune
 			r, n = utf8.DecodeRuneInString(s[i:])
+			space = unicode.IsSpace(r)
 		}
-		if unicode.IsSpace(r) {
+		if space {
 			if start >= 0 {
 				out = append(out, wordSpan{lo: start, hi: i})
 				start = -1
