@@ -84,3 +84,27 @@ func BenchmarkFilterNoise(b *testing.B) {
 		})
 	}
 }
+
+// FuzzFilterNoise: on any client text the filter returns the text itself or some of its
+// words, in order, joined by one space, and filtering again changes nothing.
+func FuzzFilterNoise(f *testing.F) {
+	for _, s := range []string{"", "Write a poem #4821", "(ref r1-x-9) hi", "[a (b 1] c)", "\xff\xfe 1 x", "( ( ( 1", "a\u00a0b 1\u3000c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := FilterNoise(s)
+		require.Equal(t, got, FilterNoise(got), "idempotent")
+		if got == s {
+			return
+		}
+		words := splitWords(s, nil)
+		k := 0
+		for _, w := range strings.Split(got, " ") {
+			for k < len(words) && s[words[k].lo:words[k].hi] != w {
+				k++
+			}
+			require.Less(t, k, len(words), "%q is not a word of %q in order", w, s)
+			k++
+		}
+	})
+}
