@@ -245,9 +245,11 @@ bench-vllm-prefix: setup-vllm build
 bench-aiperf: build setup-aiperf
 	bench/aiperf/measure.sh
 
+# TRIAGE_DISTIL=1: the committed notebook and models/static.md carry the distillation
+# measurement (not shipped); CI's test-notebook leaves it out.
 ## re-run the notebook and overwrite models/ (commit the result)
 train: setup
-	cd train && $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=3600 classifier.ipynb
+	cd train && TRIAGE_DISTIL=1 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=3600 classifier.ipynb
 
 ## remove bin/
 clean:
