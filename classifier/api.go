@@ -56,8 +56,9 @@ func (s Stage) String() string {
 // special separator token, exactly as the training notebook does.
 const Separator = " [SEP] "
 
-// FormatInput builds the text the model was trained on: the instruction
-// alone, or "instruction [SEP] context" when there is a context.
+// FormatInput builds the model's input: the instruction alone, or
+// "instruction [SEP] context" when there is a context. A model trained behind
+// the noise filter (Manifest.TextFilter) gets it through FilterInput.
 func FormatInput(instruction, context string) string {
 	instruction = strings.TrimSpace(instruction)
 	context = strings.TrimSpace(context)
@@ -65,4 +66,23 @@ func FormatInput(instruction, context string) string {
 		return instruction
 	}
 	return instruction + Separator + context
+}
+
+// FilterInput applies FilterNoise to the instruction of text, an input built by
+// FormatInput (and whitespace-normalised): the part before the first Separator, or
+// all of it when there is none. The context is left as it is: it is a document the
+// request carries, and whether there is one (has_context) is what the heads read
+// from it. The training notebook filters the instruction before joining (its fmt),
+// which is the same text unless the instruction itself holds a literal " [SEP] ".
+// text is returned as it is when nothing is dropped.
+func FilterInput(text string) string {
+	instruction, context, found := strings.Cut(text, Separator)
+	f := strings.TrimSpace(FilterNoise(instruction))
+	if f == instruction {
+		return text
+	}
+	if !found {
+		return f
+	}
+	return f + Separator + context
 }

@@ -1,7 +1,7 @@
 // Package classifier is what the gateway knows of its request classifier
 // without linking the model runtime: the types a model answers with
 // (Result, Stage, Tokens, Band, the input errors and *TextError), the input
-// format (FormatInput), the configuration (Config: validation and CheckFiles),
+// format (FormatInput; the noise filter FilterNoise, FilterInput), the configuration (Config: validation and CheckFiles),
 // the model description (Manifest, LoadManifest, its content version) and the
 // static first stage (Static: a table of one vector per word piece and its
 // head, pure Go). It is pure Go and builds with CGO_ENABLED=0, so the router,

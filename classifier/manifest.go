@@ -17,9 +17,14 @@ type Manifest struct {
 	// FormatVersion is the manifest format: absent (0) or 1 is the first
 	// format, 2 adds the static stage's piece weights. A newer format than
 	// this build reads is refused, naming both.
-	FormatVersion  int     `json:"format_version"`
-	Version        string  `json:"version"`
-	TextFormat     string  `json:"text_format"`
+	FormatVersion int    `json:"format_version"`
+	Version       string `json:"version"`
+	TextFormat    string `json:"text_format"`
+	// TextFilter names the noise filter the heads were trained behind: NoiseFilter, or
+	// empty for a model exported before the filter (it still loads, and its input is
+	// filtered like any other: retrain it for its heads to have seen the same). Another
+	// name is refused.
+	TextFilter     string  `json:"text_filter"`
 	LabelThreshold float64 `json:"label_threshold"`
 	Encoder        struct {
 		Name            string `json:"name"`
@@ -120,6 +125,9 @@ func (m *Manifest) validate() error {
 	if m.FormatVersion < 0 || m.FormatVersion > FormatLatest {
 		// Nothing else is checked: a newer format may mean anything by its fields.
 		return fmt.Errorf("format_version %d: this build of Triage reads manifest formats 1 to %d; use a newer Triage or re-export the model with this one's notebook", m.FormatVersion, FormatLatest)
+	}
+	if m.TextFilter != "" && m.TextFilter != NoiseFilter {
+		errs = append(errs, fmt.Errorf("text_filter: this build of Triage applies %q, got %q", NoiseFilter, m.TextFilter))
 	}
 	if m.Version == "" {
 		errs = append(errs, errors.New("version: must not be empty"))

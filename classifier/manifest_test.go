@@ -49,6 +49,9 @@ func TestShippedManifestsLoad(t *testing.T) {
 		require.NoError(t, err, "variant %q", variant)
 		require.Equal(t, m.Encoder.Dim+1, m.FeatureDim(), "mean_pooled_l2 then has_context")
 		require.Equal(t, variant == "", m.Static != nil, "only the fp32 model has a static stage")
+		if variant == "" {
+			require.Equal(t, NoiseFilter, m.TextFilter, "the shipped heads were trained behind the noise filter")
+		}
 		v := m.ContentVersion([]string{"a", "b"})
 		require.True(t, strings.HasPrefix(v, m.Version+"+"), v)
 		require.NotEqual(t, v, m.ContentVersion([]string{"b", "a"}), "artifact order counts")
@@ -80,6 +83,11 @@ func TestLoadManifestErrorsSayWhatAndWhere(t *testing.T) {
 			})
 			return dir
 		}, []string{"static.distilled_from.encoder_sha256", "0123abcd", "re-run the notebook"}},
+		{"unknown text filter", func(t *testing.T) string {
+			dir := copyDir(t, base)
+			editManifest(t, dir, func(m map[string]any) { m["text_filter"] = "stopwords_v9" })
+			return dir
+		}, []string{"text_filter", "stopwords_v9", NoiseFilter}},
 		{"unknown head feature", func(t *testing.T) string {
 			dir := copyDir(t, base)
 			editManifest(t, dir, func(m map[string]any) {

@@ -83,6 +83,16 @@ type Staged interface {
 	ClassifyTokens(ctx context.Context, toks []classifier.Tokens) ([]classifier.Result, error)
 }
 
+// Filtered is a Model that names the text filter its heads were trained behind (its
+// manifest's text_filter); *onnx.Classifier implements it. For classifier.NoiseFilter the
+// router drops each text's noise words (classifier.FilterInput) before its caches, the
+// batcher and both stages see it, so a model hears what it was trained on and the same
+// instruction with another ticket number, reference tag or URL is one cache entry. A model
+// that is not Filtered, or names no filter, gets its texts as Input built them.
+type Filtered interface {
+	TextFilter() string
+}
+
 // stageOf returns m's first stage and the band to use under cfg, or nil when the cascade is
 // off or m has none.
 func stageOf(m Model, cfg CascadeConfig) (Staged, classifier.Band) {

@@ -10,8 +10,9 @@ import (
 
 // Input builds the classifier's input for one request: the instruction alone, or
 // "instruction [SEP] context" when there is a context, with whitespace normalised (see
-// normalize). It is the text the cache is keyed by and the batcher deduplicates on, so every
-// front end must build it here.
+// normalize). Every front end must build it here. The router then drops the instruction's
+// noise words when the model was trained behind the noise filter (see Filtered); the
+// filtered text is the one the cache is keyed by and the batcher deduplicates on.
 func Input(instruction, context string) string {
 	return normalize(classifier.FormatInput(instruction, context))
 }

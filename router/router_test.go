@@ -250,3 +250,64 @@ func TestClosedRouterRefusesWork(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed, "no model is loaded once closed")
 	require.Equal(t, 0.5, r.Threshold(), "gauges still read during shutdown")
 }
+
+// filteredModel is a fakeModel trained behind the noise filter; it records what it was given.
+type filteredModel struct {
+	fakeModel
+	filter string
+	mu     sync.Mutex
+	seen   []string
+}
+
+func (m *filteredModel) TextFilter() string { return m.filter }
+
+func (m *filteredModel) Classify(ctx context.Context, texts []string) ([]classifier.Result, error) {
+	m.mu.Lock()
+	m.seen = append(m.seen, texts...)
+	m.mu.Unlock()
+	return m.fakeModel.Classify(ctx, texts)
+}
+
+var _ Filtered = (*filteredModel)(nil)
+
+// A model trained behind the noise filter is given the instruction without its noise words,
+// so the same instruction with another ticket number or reference tag is one cache entry;
+// the context is kept; a model that names no filter gets the text as Input built it.
+func TestTheNoiseFilterFollowsTheModel(t *testing.T) {
+	ctx := context.Background()
+	t.Run("filtered", func(t *testing.T) {
+		m := &filteredModel{fakeModel: fakeModel{version: "v1", cutoff: 0.5}, filter: classifier.NoiseFilter}
+		r := startRouter(t, testConfig(), m)
+		m.mu.Lock()
+		m.seen = nil // the startup probe
+		m.mu.Unlock()
+		for i, text := range []string{
+			Input("Write a poem about the sea #4821", ""),
+			Input("Write a poem about the sea (ref r1-false-c1-3fa9b2c1-8e2d-123)", ""),
+			Input("[build 3fa9b2c] Write a poem about the sea https://example.com/a?id=7", ""),
+		} {
+			rt, err := r.Preview(ctx, text)
+			require.NoError(t, err)
+			require.Equal(t, map[bool]string{true: "miss", false: "hit"}[i == 0], rt.CacheResult(), text)
+			r.WaitCache()
+		}
+		_, err := r.Preview(ctx, Input("Summarize #12", "In 1969, 3 astronauts flew."))
+		require.NoError(t, err)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		require.Equal(t, []string{"Write a poem about the sea", "Summarize [SEP] In 1969, 3 astronauts flew."}, m.seen)
+	})
+	t.Run("no filter named", func(t *testing.T) {
+		m := &filteredModel{fakeModel: fakeModel{version: "v1", cutoff: 0.5}}
+		r := startRouter(t, testConfig(), m)
+		m.mu.Lock()
+		m.seen = nil // the startup probe
+		m.mu.Unlock()
+		rt, err := r.Preview(ctx, "p=0.9 write #1")
+		require.NoError(t, err)
+		require.InDelta(t, 0.9, rt.PSlow, 1e-6, "the p=0.9 word reached the model")
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		require.Equal(t, []string{"p=0.9 write #1"}, m.seen)
+	})
+}

@@ -152,7 +152,8 @@ func (r *Router) runBatch(ctx context.Context, texts []string) ([]scored, error)
 	return out, nil
 }
 
-// score looks text (built by Input) up in the caches and classifies it on a miss, waiting
+// score looks text (built by Input; noise words dropped first for a Filtered model) up in
+// the caches and classifies it on a miss, waiting
 // for the encoder at most budget (0: as long as ctx allows).
 func (r *Router) score(ctx context.Context, text string, budget time.Duration) (Score, error) {
 	var out [1]Score
@@ -174,6 +175,13 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 			errs[i] = ErrNoModel
 		}
 		return
+	}
+	if cur.filter {
+		filtered := make([]string, len(texts))
+		for i, t := range texts {
+			filtered[i] = classifier.FilterInput(t)
+		}
+		texts = filtered
 	}
 	hit := func(i int, c cached, shared bool) {
 		r.m.cacheRequests.WithLabelValues("hit").Inc()

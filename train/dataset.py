@@ -17,6 +17,8 @@ refused with a ValueError naming the file and the line.
 import json
 from pathlib import Path
 
+from textfilter import filter_noise
+
 SEP = " [SEP] "
 
 # Dolly's mapping: fast (0) = classification, summarization; slow (1) = creative_writing, general_qa.
@@ -24,8 +26,9 @@ DOLLY_LABELS = {"classification": 0, "summarization": 0, "creative_writing": 1, 
 
 
 def fmt(instruction, context):
-    """Mirror of classifier.FormatInput in Go: trim both, join with [SEP] when there is a context."""
-    i, c = instruction.strip(), context.strip()
+    """Mirror of classifier.FormatInput in Go: the instruction without its noise words (textfilter),
+    both trimmed, joined with [SEP] when there is a context. The context is kept as it is."""
+    i, c = filter_noise(instruction).strip(), context.strip()
     return i + SEP + c if c else i
 
 

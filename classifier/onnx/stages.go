@@ -90,3 +90,7 @@ func (c *Classifier) ClassifyTokens(ctx context.Context, toks []classifier.Token
 	}
 	return c.classifyIDs(ctx, slices.Clip(ids))
 }
+
+// TextFilter names the noise filter the model's heads were trained behind (its manifest's
+// text_filter; empty for a model exported before the filter), for the router's Filtered.
+func (c *Classifier) TextFilter() string { return c.manifest.TextFilter }

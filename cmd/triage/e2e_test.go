@@ -248,7 +248,7 @@ func TestRealModelEndToEnd(t *testing.T) {
 
 // The label boundary has one source: the manifest's label_threshold. With a copy of the
 // shipped model whose manifest says 0.6 (and decision.base set to match), a text the model
-// scores about 0.53 is fast everywhere — query-process's label, /v1/classify's model label
+// scores about 0.58 is fast everywhere — query-process's label, /v1/classify's model label
 // and label on a miss and on a hit, and the decision's reason — and a story is slow
 // everywhere.
 func TestManifestLabelThresholdIsTheOnlyBoundary(t *testing.T) {
@@ -285,8 +285,8 @@ func TestManifestLabelThresholdIsTheOnlyBoundary(t *testing.T) {
 		label, path string
 		reason      string
 	}{
-		// 0.532 in the notebook's parity file: slow for a 0.5 boundary, fast for 0.6.
-		{"What are the primary colors?", 0.5, 0.6, "0", "fast", "fast_model"},
+		// 0.579 in the notebook's parity file: slow for a 0.5 boundary, fast for 0.6.
+		{"Why are there so many different types of cheeses in France?", 0.5, 0.6, "0", "fast", "fast_model"},
 		{"Write a short story about a dragon who learns to bake bread.", 0.9, 1, "1", "slow", "slow_granted"},
 	} {
 		for _, cache := range []string{"miss", "hit"} {
