@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/decision"
 )
 
 // stagedModel is fakeModel with a first stage, counting the calls the router makes. Its
@@ -259,4 +262,45 @@ func TestCascadeUnderLoadDecidesMoreAndCachesNothingExtra(t *testing.T) {
 	require.False(t, rt.Hit, "a decision made only under load is not cached")
 	require.Equal(t, classifier.StageEncoder, rt.Stage)
 	require.InDelta(t, 0.8, rt.PSlow, 1e-6)
+}
+
+// A text the first stage scored inside its band, whose encoder answer does not come within
+// routing.classify_budget, is decided on the first stage's score: not placed blind by
+// routing.fallback, and not cached.
+func TestInBandScoreDecidesWhenTheEncoderFails(t *testing.T) {
+	m := newStagedModel()
+	release := make(chan struct{})
+	m.encode = func(texts []string) {
+		for _, tx := range texts {
+			if strings.Contains(tx, "hold") {
+				<-release
+			}
+		}
+	}
+	cfg := testConfig()
+	cfg.Cascade.NarrowTo = 0
+	cfg.Routing.ClassifyBudget = 30 * time.Millisecond
+	r := startRouter(t, cfg, m)
+	defer close(release)
+
+	const text = "hold this s=0.7 p=0.2"
+	rt, err := r.Route(context.Background(), text)
+	require.NoError(t, err)
+	defer rt.Release()
+	require.Equal(t, decision.ReasonClassifierTimeout, rt.InBandAfter)
+	require.Equal(t, classifier.StageStatic, rt.Stage)
+	require.InDelta(t, 0.7, rt.PSlow, 1e-6, "the first stage's score, not the encoder's 0.2")
+	require.True(t, rt.Classified())
+	require.NotEqual(t, decision.ReasonClassifierTimeout, rt.Reason, "decided like any scored route")
+	require.Equal(t, 1.0, counterValue(t, r.m.inBandRescues.WithLabelValues(string(decision.ReasonClassifierTimeout))))
+	require.Equal(t, 1.0, counterValue(t, r.m.fallbacks.WithLabelValues(string(decision.ReasonClassifierTimeout))))
+	_, ok := r.cache.get(r.models.peek().key, text)
+	require.False(t, ok, "an in-band score is not cached")
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return m.GetCounter().GetValue()
 }

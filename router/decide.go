@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"github.com/triage-gw/triage/classifier"
 	"sync"
 	"time"
 
@@ -31,6 +32,10 @@ type Route struct {
 	// DecideTime is the time the decision itself took; Decided is when it was made.
 	DecideTime time.Duration
 	Decided    time.Time
+	// InBandAfter, when set, is the encoder's failure (classifier_timeout, classifier_busy,
+	// classifier_unavailable) after which the route was decided on the first stage's in-band
+	// score; the server reports it in x-router-in-band.
+	InBandAfter decision.Reason
 
 	release func()       // frees the slow-path slot; idempotent; nil when none is held
 	share   *shareTicket // the slow-share observation made at completion; nil when none is due
@@ -110,7 +115,10 @@ func (r *Route) Classified() bool { return r.Version != "" }
 // the classifier's queue is full or the classifier is unavailable, routing.fallback places
 // the request (reasons classifier_timeout, classifier_busy, classifier_unavailable; a slow
 // fallback needs a slot like any slow route), or with reject the error is returned:
-// ErrBudgetExceeded, ErrQueueFull or the classifier's own. Errors that are not the
+// ErrBudgetExceeded, ErrQueueFull or the classifier's own. Except when the cascade's first
+// stage scored the text inside its band (Score.InBand): then the request is decided on that
+// score as on any other (Route.InBandAfter names the failure), whatever routing.fallback
+// says, since it is a classification, only a less sure one. Errors that are not the
 // classifier's (ctx done, an unclassifiable text) are always returned.
 func (r *Router) Route(ctx context.Context, text string) (Route, error) {
 	sc, err := r.score(ctx, text, r.cfg.Routing.ClassifyBudget)
@@ -120,6 +128,16 @@ func (r *Router) Route(ctx context.Context, text string) (Route, error) {
 			return Route{}, err
 		}
 		r.m.fallbacks.WithLabelValues(string(reason)).Inc()
+		if sc.InBand {
+			// The first stage had an answer, only not a sure one: route on it.
+			r.m.inBandRescues.WithLabelValues(string(reason)).Inc()
+			rt := r.decide(Score{PSlow: sc.InBandPSlow, Tokens: sc.Tokens, Version: sc.Version, Cutoff: sc.Cutoff,
+				Stage: classifier.StageStatic, CacheTime: sc.CacheTime, Static: sc.Static, Queue: sc.Queue}, true)
+			rt.InBandAfter = reason
+			r.m.decisions.WithLabelValues(rt.Path(), string(rt.Reason)).Inc()
+			r.m.stageDecisions.WithLabelValues(rt.Stage.String()).Inc()
+			return rt, nil
+		}
 		if r.cfg.Routing.Fallback == FallbackReject {
 			return Route{}, err
 		}

@@ -21,6 +21,8 @@ type metrics struct {
 	stageDecisions  *prometheus.CounterVec // stage
 	// fallbacks counts routed requests whose classification failed them, by reason.
 	fallbacks *prometheus.CounterVec // reason
+	// inBandRescues counts the fallbacks decided on the first stage's in-band score instead.
+	inBandRescues *prometheus.CounterVec // reason
 }
 
 // newMetrics registers the pipeline's metrics on reg; the gauges are read from r at scrape
@@ -56,8 +58,13 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		Name: "triage_classifier_fallbacks_total",
 		Help: "Routed requests whose classification failed them (budget spent, queue full, classifier unavailable), by reason; routing.fallback placed or refused them.",
 	}, []string{"reason"})
+	m.inBandRescues = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "triage_classifier_in_band_decisions_total",
+		Help: "Of triage_classifier_fallbacks_total, the requests decided on the cascade's first-stage score (inside its band) instead of placed by routing.fallback, by the encoder's failure.",
+	}, []string{"reason"})
 	for _, rs := range []decision.Reason{decision.ReasonClassifierTimeout, decision.ReasonClassifierBusy, decision.ReasonClassifierUnavailable} {
 		m.fallbacks.WithLabelValues(string(rs))
+		m.inBandRescues.WithLabelValues(string(rs))
 	}
 	for _, st := range []string{"static", "encoder"} {
 		m.classifications.WithLabelValues(st)
@@ -68,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	all := []prometheus.Collector{
-		m.decisions, m.cacheRequests, m.modelInfo, m.reloads, m.classifications, m.stageDecisions, m.fallbacks,
+		m.decisions, m.cacheRequests, m.modelInfo, m.reloads, m.classifications, m.stageDecisions, m.fallbacks, m.inBandRescues,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "triage_slow_active",
 			Help: "Requests holding a slow slot.",

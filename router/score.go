@@ -36,6 +36,12 @@ type Score struct {
 	// call. All but CacheTime are zero on a hit; Queue and Inference are zero when the first
 	// stage decided.
 	CacheTime, Static, Queue, Inference time.Duration
+	// InBand reports that the cascade's first stage scored the text, InBandPSlow, but inside
+	// its band, so the encoder was asked. When the encoder then fails the request (budget
+	// spent, queue full, a failed batch), Route decides on InBandPSlow rather than place the
+	// request blind: a less sure answer is still far better than the fail-open fallback.
+	InBand      bool
+	InBandPSlow float32
 }
 
 // ModelSlow reports whether the model's own label is slow.
@@ -273,7 +279,8 @@ func (r *Router) scoreFirstStage(cur *loaded, texts []string, miss []int, out []
 			if tok.Len() > 0 {
 				r.tokens.Store(texts[i], tok)
 			}
-			out[i].Static = took
+			out[i] = Score{Version: cur.version, Cutoff: cur.cutoff, Tokens: res.Tokens, Static: took,
+				InBand: true, InBandPSlow: res.PSlow}
 			left = append(left, i)
 		}
 	}

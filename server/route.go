@@ -23,6 +23,10 @@ const (
 	HeaderReplica   = "x-router-replica"
 	HeaderLatency   = "x-router-latency"
 	HeaderStage     = "x-router-stage"
+	// HeaderInBand, on a route decided on the cascade's first-stage score inside its band
+	// because the encoder failed the request (router.Route.InBandAfter), names that failure:
+	// classifier_timeout, classifier_busy or classifier_unavailable.
+	HeaderInBand = "x-router-in-band"
 	// HeaderPromptTokens and HeaderCompletionTokens are the replica's usage of a
 	// non-streaming answer: the tokens the gateway counted for it. A stream's headers go
 	// before its usage exists, so streams have neither.
@@ -85,6 +89,9 @@ func setRouteHeaders(c *fiber.Ctx, rq *request, r *router.Route) {
 	c.Set(HeaderThreshold, strconv.FormatFloat(r.Decision.Threshold, 'f', 4, 64))
 	c.Set(HeaderCache, r.CacheResult())
 	c.Set(HeaderStage, r.Stage.String())
+	if r.InBandAfter != "" {
+		c.Set(HeaderInBand, string(r.InBandAfter))
+	}
 	setServerTiming(c, r)
 }
 
