@@ -54,11 +54,13 @@ type gatewayConfig struct {
 	FailOpenWords   int             `json:"fail_open_words"`
 	FailOpenBudgets []time.Duration `json:"fail_open_budgets_ns"`
 	// SideClients, SideRepeats and SideRequests shape the side-by-side scenario.
-	SideClients    []int         `json:"side_clients"`
-	SideRepeats    int           `json:"side_repeats"`
-	SideRequests   []int         `json:"side_requests"` // per cell, one for each of SideClients
-	RequestTimeout time.Duration `json:"request_timeout_ns"`
-	StartupTimeout time.Duration `json:"startup_timeout_ns"`
+	SideClients  []int `json:"side_clients"`
+	SideRepeats  int   `json:"side_repeats"`
+	SideRequests []int `json:"side_requests"` // per cell, one for each of SideClients
+	// SideGatewayYAML is appended to the side-by-side gateway's generated config.
+	SideGatewayYAML string        `json:"side_gateway_yaml,omitempty"`
+	RequestTimeout  time.Duration `json:"request_timeout_ns"`
+	StartupTimeout  time.Duration `json:"startup_timeout_ns"`
 
 	dolly string
 	out   string
@@ -133,6 +135,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (*gatewayConfig, error) 
 	c.bindFlags(fs, &scenarios, &proxyClients)
 	fs.StringVar(&sideClients, "side-clients", sideClients, "comma-separated client counts of side-by-side (the p50 goal is checked at the smallest, the p99 and CPU goals at the largest)")
 	fs.IntVar(&c.SideRepeats, "side-repeats", 3, "alternating repeats of side-by-side")
+	fs.StringVar(&c.SideGatewayYAML, "side-gateway-yaml", "", "YAML appended to the side-by-side gateway's config, to measure a setting other than the default (e.g. 'cascade: {narrow_from: 0, narrow_to: 2}'); the report's config file shows it")
 	fs.StringVar(&sideRequests, "side-requests", sideRequests, "comma-separated measured requests per side-by-side cell (path, client count, mode, repeat), one for each of --side-clients")
 	fs.IntVar(&c.FailOpenClients, "fail-open-clients", 32, "concurrent clients of fail-open")
 	fs.IntVar(&c.FailOpenWords, "fail-open-words", 190, "words of every fail-open prompt (about 190 words is 256 word pieces)")

@@ -123,7 +123,7 @@ func scenarioSideBySide(ctx context.Context, env *gwEnv) (report.Scenario, error
 	}
 	defer rp.stop()
 	cfgPath := filepath.Join(env.logDir, "side-by-side.yaml")
-	if err := os.WriteFile(cfgPath, []byte(sideConfigYAML(replica)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(sideConfigYAML(replica)+c.SideGatewayYAML+"\n"), 0o644); err != nil {
 		return res, err
 	}
 	gw, err := gatewayproc.Start(ctx, c.proc(), cfgPath, filepath.Join(env.logDir, "gateway-side-by-side.log"))
