@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -190,6 +191,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		method, handle = http.MethodPost, s.handleTokenize
 	case "/health":
 		method, handle = http.MethodGet, s.handleHealth
+	case "/kv_event_sources":
+		method, handle = http.MethodGet, s.handleKVEventSources
 	case "/metrics":
 		method, handle = http.MethodGet, s.promh.ServeHTTP
 	default:
@@ -208,6 +211,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	handle(w, r)
+}
+
+// handleKVEventSources answers vLLM's GET /kv_event_sources, by which a gateway finds where
+// the engine publishes its KV-cache events: one data-parallel rank, "0", with the bound
+// endpoint and topic, or {} when the simulator publishes none (vLLM 0.32's shapes).
+func (s *Server) handleKVEventSources(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if s.events == nil {
+		w.Write([]byte("{}"))
+		return
+	}
+	json.NewEncoder(w).Encode(map[string]any{"0": map[string]any{
+		"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": s.events.endpoint,
+		"replay_endpoint": nil, "topic": KVEventsTopic,
+	}})
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {

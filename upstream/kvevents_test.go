@@ -186,6 +186,45 @@ func TestKVEventsEndpointDiscovered(t *testing.T) {
 	waitKV(t, "the blocks", func() bool { return kvSeries(t, f, "index_blocks", "r0") == 21 })
 }
 
+// The simulator answers GET /kv_event_sources as vLLM 0.32 does, so a pool of
+// simulated replicas with kv_events: {} finds their streams with no endpoint
+// configured; one publishing nothing answers {}.
+func TestSimulatorServesKVEventSources(t *testing.T) {
+	sv := newEventSim(t, "a")
+	resp, err := http.Get(sv.url + kvevents.SourcesPath)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got, err := kvevents.ParseSources(body, "127.0.0.1")
+	require.NoError(t, err, string(body))
+	require.Equal(t, sv.srv.KVEventsEndpoint(), got.Endpoint)
+	require.Equal(t, sim.KVEventsTopic, got.Topic)
+
+	cfg := testConfig(sv.url)
+	cfg.Policy.Name = "prefix-cache"
+	cfg.Replicas[0].KVEvents = &kvevents.Config{}
+	f := newFixture(t, cfg, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.pool.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	waitKV(t, "the discovered stream", func() bool {
+		sv.srv.ClearCache()
+		return kvSeries(t, f, "batches_total", "r0") > 0
+	})
+
+	c := sim.FastPreset()
+	c.Name, c.Model = "quiet", "m"
+	quiet, err := sim.New(c, sim.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { quiet.Close() })
+	rec := httptest.NewRecorder()
+	quiet.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, kvevents.SourcesPath, nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	_, err = kvevents.ParseSources(rec.Body.Bytes(), "127.0.0.1")
+	require.ErrorIs(t, err, kvevents.ErrNoSources)
+}
+
 // An engine that does not serve /kv_event_sources leaves the replica on the
 // guess, and the pool keeps serving.
 func TestKVEventsDiscoveryNotServed(t *testing.T) {
