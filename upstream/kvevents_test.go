@@ -345,8 +345,13 @@ func TestKVEventsPendingKeepsABurstTogether(t *testing.T) {
 			}
 			answers <- answer{resp.ReplicaID, resp.PredictedCachedTokens, resp.PendingCachedTokens}
 		}()
-		// The next request starts once this one is in flight (prefilling).
-		waitKV(t, "the request in flight", func() bool { return f.pool.InFlight() == i+1 })
+		// The next request starts once this one is prefilling on its replica: the pool counts
+		// it in flight a moment before it records the pick's pending blocks, but it sends the
+		// request only after, so a request the simulator has is one whose pick is recorded.
+		waitKV(t, "the request in flight", func() bool {
+			sa, sb := a.srv.Stats(), b.srv.Stats()
+			return sa.Running+sa.Waiting+sb.Running+sb.Waiting == i+1
+		})
 	}
 	got := []answer{<-answers, <-answers, <-answers}
 	first := got[0].replica
