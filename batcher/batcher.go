@@ -145,8 +145,9 @@ func (b *Batcher[R]) SubmitTimed(ctx context.Context, text string) (R, Timing, e
 // inference time per text: what is left of the batches running, the texts queued ahead of
 // it and its own inference. Otherwise its batch would end after its caller has gone, and the
 // encoder would have run it for nobody. A text reaching an idle batcher (nothing queued,
-// nothing running) is always taken, so even a text slower than within is classified (and the
-// estimate keeps learning). A text joining an identical one in flight is never refused.
+// nothing running) is taken when its own inference fits within by the estimate, and
+// otherwise only once per second after the last batch ended, as a probe that keeps the
+// estimate learning (a machine that got faster). A text joining an identical one in flight is never refused.
 // within <= 0 applies MaxQueueDelay alone, as for everyone.
 func (b *Batcher[R]) SubmitWithin(ctx context.Context, text string, within time.Duration) (R, Timing, error) {
 	var zero R
@@ -270,7 +271,13 @@ type dispatcher[R any] struct {
 	// perText is a moving average of inference seconds per text over recent batches, used to
 	// estimate how long a new text would wait (Config.MaxQueueDelay). 0 until a batch ends.
 	perText float64
+	// lastEnd is when the last batch ended (the idle probe's clock).
+	lastEnd time.Time
 }
+
+// idleProbeEvery is how often an idle batcher takes a text its estimate says is too slow for
+// the caller's bound (SubmitWithin), to keep the estimate current.
+const idleProbeEvery = time.Second
 
 // perTextSmoothing weights the newest batch in the perText moving average.
 const perTextSmoothing = 0.2
@@ -354,8 +361,14 @@ func (d *dispatcher[R]) tooSlow(within time.Duration) bool {
 	if max := d.b.cfg.MaxQueueDelay; max > 0 && d.perText*float64(d.live+1)/workers > max.Seconds() {
 		return true
 	}
-	if within <= 0 || (d.live == 0 && d.running == 0) {
-		return false // an idle batcher takes any text, however slow
+	if within <= 0 {
+		return false
+	}
+	if d.live == 0 && d.running == 0 {
+		// Idle: a text that the estimate says cannot be done within is taken only as a
+		// probe, once per idleProbeEvery, so the estimate keeps learning (a machine that got
+		// faster, shorter texts); the others would finish after their callers had gone.
+		return d.perText > within.Seconds() && d.b.clock.Now().Sub(d.lastEnd) < idleProbeEvery
 	}
 	return (d.runningLeft()+d.perText*float64(d.live+1))/workers > within.Seconds()
 }
@@ -481,6 +494,7 @@ func (d *dispatcher[R]) finish(bt *batch[R]) {
 	d.runs = slices.DeleteFunc(d.runs, func(r *batch[R]) bool { return r == bt })
 	took := bt.end.Sub(bt.start).Seconds()
 	d.b.m.inference.Observe(took)
+	d.lastEnd = bt.end
 	if n := len(bt.texts); n > 0 && bt.err == nil {
 		per := took / float64(n)
 		if d.perText == 0 {

@@ -467,7 +467,7 @@ func TestMaxQueueDelay(t *testing.T) {
 // TestSubmitWithin: a caller's own bound refuses a text that would be done after it (the work
 // left in the running batch, the texts queued ahead and its own inference), which
 // MaxQueueDelay would admit; it leaves the other callers to MaxQueueDelay, never refuses a
-// join, and an idle batcher takes any text.
+// join, and an idle batcher takes a text too slow for its bound only as a once-a-second probe.
 func TestSubmitWithin(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxBatch, cfg.QueueSize, cfg.MaxQueueDelay = 4, 1000, time.Second
@@ -522,8 +522,14 @@ func TestSubmitWithin(t *testing.T) {
 	}
 	require.NoError(t, recv(t, plain[0]).err)
 
-	// Idle again: a text is taken however slow, its own inference (about 74ms by now) not
-	// counted against a bound nobody is ahead of.
+	// Idle again, but a text takes about 74ms by now: one that must be done within 1ms is
+	// refused at once, nothing ahead of it, since it would finish after its caller has gone...
+	_, _, err = h.b.SubmitWithin(context.Background(), "slow", time.Millisecond)
+	require.ErrorIs(t, err, ErrQueueFull)
+	require.Equal(t, 3.0, h.metric("triage_batcher_rejected_total"))
+	// ...until a second has passed since the last batch: then one is taken as a probe, so the
+	// estimate keeps learning, and the next waits for the following second.
+	h.clock.Advance(idleProbeEvery)
 	slow := make(chan error, 1)
 	go func() {
 		_, _, err := h.b.SubmitWithin(context.Background(), "slow", time.Millisecond)
@@ -531,5 +537,15 @@ func TestSubmitWithin(t *testing.T) {
 	}()
 	h.nextCall().ok()
 	require.NoError(t, <-slow)
-	require.Equal(t, 2.0, h.metric("triage_batcher_rejected_total"))
+	_, _, err = h.b.SubmitWithin(context.Background(), "slow 2", time.Millisecond)
+	require.ErrorIs(t, err, ErrQueueFull)
+	require.Equal(t, 4.0, h.metric("triage_batcher_rejected_total"))
+	// A bound the estimate fits is always taken by an idle batcher.
+	fits := make(chan error, 1)
+	go func() {
+		_, _, err := h.b.SubmitWithin(context.Background(), "fits", time.Second)
+		fits <- err
+	}()
+	h.nextCall().ok()
+	require.NoError(t, <-fits)
 }

@@ -41,9 +41,10 @@ type RoutingConfig struct {
 	// ClassifyBudget is the longest a routed request (chat, completions, query-process)
 	// waits for the encoder (batcher queue and inference). A text that would not be done
 	// within the budget (the running batch's rest, the texts queued ahead and its own
-	// inference, at the recent time per text) is not queued (classifier_busy, at once); one
-	// reaching an idle batcher always is, however slow. When the budget runs out the
-	// request is routed by Fallback (classifier_timeout) and its classification, not
+	// inference, at the recent time per text) is not queued (classifier_busy, at once); at an
+	// idle batcher, one slower than the budget is taken only as a probe, once a second, to
+	// keep the estimate current. When the budget runs out the request is decided on the
+	// cascade's first-stage score, or without one routed by Fallback (classifier_timeout) and its classification, not
 	// cancelled, fills the result cache, so the next identical text is decided by the model.
 	// 0 waits as long as the request may (server.request_timeout) and leaves admission to
 	// batcher.max_queue_delay. /v1/classify never has a budget. Default 50ms.

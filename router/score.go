@@ -300,8 +300,8 @@ func (r *Router) store(key, text string, c cached) {
 // dropped by the batcher. With one, a text that would not be done within the budget (the
 // running batch's rest, the texts queued ahead and its own inference) is not queued at all
 // (ErrQueueFull at once: waiting for what cannot come in time would only delay the fallback
-// and spend the encoder on a text nobody waits for; a text reaching an idle batcher is always
-// taken, however slow); one that is queued is
+// and spend the encoder on a text nobody waits for; at an idle batcher, a text slower than the
+// budget is taken only as a once-a-second probe); one that is queued is
 // detached from ctx and carried by the router's lifetime instead, so if the caller stops
 // waiting (budget spent or ctx done) it is still classified, and runBatch caches it. The
 // caller stops waiting with ErrBudgetExceeded (Timing.Queue the budget) once budget has
