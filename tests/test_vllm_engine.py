@@ -318,42 +318,49 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
     n, tokens = 4, 3000
     prompt = " ".join(["Tell me about the harbour and the whale."] * 64)
 
-    def request(i):
-        r = client.completions.create(model="auto", prompt=f"({i}) {prompt}", max_tokens=tokens, extra_body=EXACT)
+    def request(attempt, i):
+        r = client.completions.create(model="auto", prompt=f"({attempt}.{i}) {prompt}", max_tokens=tokens,
+                                      extra_body=EXACT)
         return r.usage.completion_tokens
 
     seen_running, seen_kv, matched, samples, probe = 0.0, 0.0, None, [], None
     started = time.monotonic()
-    with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(request, i) for i in range(n)]
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not all(f.done() for f in futures):
-            try:
-                own = {e.name: e.gauges("vllm:num_requests_running", "vllm:kv_cache_usage_perc") for e in engines}
-                series = gateway.series()
-            except httpx.TimeoutException:
-                continue  # a busy core answered too late for this sample; take the next
-            seen_running = max(seen_running, sum(r for r, _ in own.values()))
-            seen_kv = max(seen_kv, max(k for _, k in own.values()))
-            running = gateway.values("triage_upstream_scraped_running_requests", series)
-            kv = gateway.values("triage_upstream_scraped_kv_cache_usage_ratio", series)
-            age = gateway.values("triage_upstream_scrape_age_seconds", series)
-            samples.append((round(time.monotonic() - started, 2), own, running, kv, age))
-            if probe is None and max(kv.values(), default=0) > 0.05:
-                # The gateway has scraped a filling cache: a request sent now is picked on it.
-                raw = client.completions.with_raw_response.create(model="auto", prompt="Probe.", max_tokens=1)
-                probe = (raw.headers["x-router-path"], raw.headers["x-router-replica"])
-            # A busy engine, and the gateway's latest scrape of each replica in
-            # both pools saying the same running count and about the same KV use.
-            if matched is None and sum(r for r, _ in own.values()) >= 1 and all(
-                    running.get((p, name)) == own[name][0] and abs(kv.get((p, name), -1) - own[name][1]) <= 0.15
-                    and age.get((p, name), 99) <= 3 * SCRAPE_INTERVAL
-                    for p in PRICES for name in own):
-                matched = own
-            time.sleep(0.25)
-        counts = [f.result(timeout=120) for f in futures]
+    # Up to two bursts: on two cores an engine's /metrics can answer late for most of one
+    # burst (CI saw a sampling loop take 6 samples in 17 s), and the check is that the gauges
+    # agree while the engines are busy, not that this happens within one burst.
+    for attempt in range(2):
+        with ThreadPoolExecutor(n) as pool:
+            futures = [pool.submit(request, attempt, i) for i in range(n)]
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not all(f.done() for f in futures):
+                try:
+                    own = {e.name: e.gauges("vllm:num_requests_running", "vllm:kv_cache_usage_perc") for e in engines}
+                    series = gateway.series()
+                except httpx.TimeoutException:
+                    continue  # a busy core answered too late for this sample; take the next
+                seen_running = max(seen_running, sum(r for r, _ in own.values()))
+                seen_kv = max(seen_kv, max(k for _, k in own.values()))
+                running = gateway.values("triage_upstream_scraped_running_requests", series)
+                kv = gateway.values("triage_upstream_scraped_kv_cache_usage_ratio", series)
+                age = gateway.values("triage_upstream_scrape_age_seconds", series)
+                samples.append((round(time.monotonic() - started, 2), own, running, kv, age))
+                if probe is None and max(kv.values(), default=0) > 0.05:
+                    # The gateway has scraped a filling cache: a request sent now is picked on it.
+                    raw = client.completions.with_raw_response.create(model="auto", prompt="Probe.", max_tokens=1)
+                    probe = (raw.headers["x-router-path"], raw.headers["x-router-replica"])
+                # A busy engine, and the gateway's latest scrape of each replica in
+                # both pools saying the same running count and about the same KV use.
+                if matched is None and sum(r for r, _ in own.values()) >= 1 and all(
+                        running.get((p, name)) == own[name][0] and abs(kv.get((p, name), -1) - own[name][1]) <= 0.15
+                        and age.get((p, name), 99) <= 3 * SCRAPE_INTERVAL
+                        for p in PRICES for name in own):
+                    matched = own
+                time.sleep(0.25)
+            counts = [f.result(timeout=120) for f in futures]
+        assert counts == [tokens] * n, counts
+        if matched is not None:
+            break
     trail = "\n".join(map(str, samples[-12:]))  # (seconds, engines, gateway running, kv, age)
-    assert counts == [tokens] * n, counts
     assert seen_running >= 2, "the engines ran requests side by side\n" + trail
     assert seen_kv > 0.05, "the engines' KV cache filled\n" + trail
     assert matched is not None, "the gateway's scraped gauges never agreed with the engines' /metrics:\n" + trail
@@ -459,10 +466,14 @@ def test_killed_engine_costs_no_unstarted_request(round_robin_gateway, engines):
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(call, i) for i in range(24)]
         # Kill while the victim holds a request (the gateway's own count), so the kill hits one.
-        deadline = time.monotonic() + 60
-        while victim_in_flight() == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert victim_in_flight() > 0, "no request reached the victim to be cut: " + str(
+        # The count is read once per round: read again, it may already be 0 (CI saw a request
+        # end between the two reads), and the kill must follow the reading at once.
+        deadline, held = time.monotonic() + 60, 0
+        while held == 0 and time.monotonic() < deadline:
+            held = victim_in_flight()
+            if held == 0:
+                time.sleep(0.05)
+        assert held > 0, "no request reached the victim to be cut: " + str(
             {n: gateway.values(n) for n in ("triage_upstream_inflight", "triage_upstream_scraped_kv_cache_usage_ratio",
                                             "triage_upstream_scraped_running_requests", "triage_upstream_replica_healthy")})
         victim.kill()
