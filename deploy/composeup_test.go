@@ -122,9 +122,12 @@ func TestComposeUp(t *testing.T) {
 		}
 		return nil
 	}), "the two gateways never formed a fleet on the redis service")
+	// The texts differ in words, not numbers: the shipped model's noise filter drops words with
+	// digits before the cache, so "Name 2 rivers" and "Name 3 rivers" are one entry.
+	run := strings.Map(func(r rune) rune { return 'a' + (r-'0')%26 }, strconv.Itoa(os.Getpid()))
 	texts := make([]string, 4)
-	for i := range texts {
-		texts[i] = fmt.Sprintf("Name %d rivers that cross the harbour of container test %d", i+2, os.Getpid())
+	for i, what := range []string{"rivers", "bridges", "lighthouses", "islands"} {
+		texts[i] = fmt.Sprintf("Name the %s near the harbour of container run %s", what, run)
 		resp, body := post(t, gateway+"/v1/classify", fmt.Sprintf(`{"text":%q}`, texts[i]))
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		require.NotContains(t, body, `"cache_tier"`, "a new text is classified, not found")
