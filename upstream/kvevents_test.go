@@ -92,10 +92,7 @@ func TestPrefixCacheRoutesOnSimulatedKVEvents(t *testing.T) {
 	cfg.Replicas[1].KVEvents = &kvevents.Config{Endpoint: b.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
 	cfg.KVEvents.TokenizeTimeout = Duration(5 * time.Second) // -race on 2 cores
 	f := newFixture(t, cfg, nil, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.pool.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	ctx := runPool(t, f)
 
 	// A PUB drops what it sends before it has seen a subscription: publish
 	// AllBlocksCleared (harmless on empty caches) until both get through.
@@ -171,10 +168,7 @@ func TestKVEventsEndpointDiscovered(t *testing.T) {
 	cfg.Replicas[0].Headers = map[string]string{"Authorization": "Bearer k"}
 	cfg.Replicas[0].KVEvents = &kvevents.Config{}
 	f := newFixture(t, cfg, nil, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.pool.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	runPool(t, f)
 
 	require.Equal(t, "Bearer k", <-asked)
 	waitKV(t, "the discovered stream", func() bool {
@@ -204,10 +198,7 @@ func TestSimulatorServesKVEventSources(t *testing.T) {
 	cfg.Policy.Name = "prefix-cache"
 	cfg.Replicas[0].KVEvents = &kvevents.Config{}
 	f := newFixture(t, cfg, nil, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.pool.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	runPool(t, f)
 	waitKV(t, "the discovered stream", func() bool {
 		sv.srv.ClearCache()
 		return kvSeries(t, f, "batches_total", "r0") > 0
@@ -312,10 +303,7 @@ func TestKVEventsPendingKeepsABurstTogether(t *testing.T) {
 	cfg.Replicas[0].KVEvents = &kvevents.Config{Endpoint: a.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
 	cfg.Replicas[1].KVEvents = &kvevents.Config{Endpoint: b.srv.KVEventsEndpoint(), Topic: sim.KVEventsTopic}
 	f := newFixture(t, cfg, nil, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.pool.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	ctx := runPool(t, f)
 	waitKV(t, "both event streams", func() bool {
 		a.srv.ClearCache()
 		b.srv.ClearCache()
@@ -475,4 +463,15 @@ func TestTokenCacheBoundedInTokens(t *testing.T) {
 	_, ok = c.get(6)
 	require.False(t, ok)
 	require.Equal(t, 100, c.size)
+}
+
+// runPool runs f's pool (its subscribers, scrapes and checks) until the test ends, and returns
+// the context it runs under, for the test's own requests.
+func runPool(t *testing.T, f *poolFixture) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.pool.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	return ctx
 }
