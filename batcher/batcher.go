@@ -503,11 +503,17 @@ func (d *dispatcher[R]) finish(bt *batch[R]) {
 			d.perText += perTextSmoothing * (per - d.perText)
 		}
 	}
+	err := bt.err
+	if err != nil && d.ctx.Err() != nil && errors.Is(err, d.ctx.Err()) {
+		// Run's ctx ended while the batch ran and the Func gave up on it: the waiters are
+		// answered as shutdown answers them, whether this batch or Run's exit comes first.
+		err = ErrClosed
+	}
 	for i, e := range bt.entries {
 		delete(d.inflight, e.text)
 		e.state = stateFinished
-		r := result[R]{err: bt.err}
-		if bt.err == nil {
+		r := result[R]{err: err}
+		if err == nil {
 			r.val = bt.results[i]
 		}
 		for _, w := range e.waiters {
