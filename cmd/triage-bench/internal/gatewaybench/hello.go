@@ -78,27 +78,37 @@ type helloProc struct {
 // startHello runs "triage-bench hello" (this binary) on a free port and waits until it
 // answers.
 func startHello(ctx context.Context) (*helloProc, error) {
-	self, err := os.Executable()
+	p, base, err := startSelf(ctx, "hello server", "/", childproc.Options{}, "hello", "--max-lifetime", "10m")
 	if err != nil {
 		return nil, err
+	}
+	return &helloProc{p: p, base: base}, nil
+}
+
+// startSelf runs this binary with args plus --listen on a free port, and waits up to 10 s
+// until a GET of health there answers 200. It returns the child and its base URL.
+func startSelf(ctx context.Context, what, health string, opts childproc.Options, args ...string) (*childproc.Proc, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
 	}
 	addr, err := childproc.FreeAddr()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	p, err := childproc.Start(self, []string{"hello", "--listen", addr, "--max-lifetime", "10m"}, childproc.Options{})
+	p, err := childproc.Start(self, append(args, "--listen", addr), opts)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	h := &helloProc{p: p, base: "http://" + addr}
+	base := "http://" + addr
 	client := load.NewClient(1, 2*time.Second)
 	defer client.CloseIdleConnections()
-	if err := childproc.WaitFor(ctx, p, 10*time.Second, 20*time.Millisecond, "hello server",
-		func() bool { return childproc.HTTPOK(ctx, client, h.base+"/") }); err != nil {
-		h.stop()
-		return nil, err
+	if err := childproc.WaitFor(ctx, p, 10*time.Second, 20*time.Millisecond, what,
+		func() bool { return childproc.HTTPOK(ctx, client, base+health) }); err != nil {
+		p.Stop(5 * time.Second)
+		return nil, "", err
 	}
-	return h, nil
+	return p, base, nil
 }
 
 func (h *helloProc) stop() { h.p.Stop(5 * time.Second) }

@@ -8,10 +8,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"time"
 
-	"github.com/triage-gw/triage/bench/load"
 	"github.com/triage-gw/triage/internal/childproc"
 )
 
@@ -62,27 +60,12 @@ type revProxyProc struct {
 // startRevProxy runs "triage-bench revproxy" (this binary) in front of target on a free
 // port and waits until a GET of target's /health through it answers 200.
 func startRevProxy(ctx context.Context, target, logPath string) (*revProxyProc, error) {
-	self, err := os.Executable()
+	p, base, err := startSelf(ctx, "revproxy", "/health", childproc.Options{LogPath: logPath},
+		"revproxy", "--target", target, "--max-lifetime", "15m")
 	if err != nil {
 		return nil, err
 	}
-	addr, err := childproc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	p, err := childproc.Start(self, []string{"revproxy", "--listen", addr, "--target", target, "--max-lifetime", "15m"}, childproc.Options{LogPath: logPath})
-	if err != nil {
-		return nil, err
-	}
-	r := &revProxyProc{p: p, base: "http://" + addr}
-	client := load.NewClient(1, 2*time.Second)
-	defer client.CloseIdleConnections()
-	if err := childproc.WaitFor(ctx, p, 10*time.Second, 20*time.Millisecond, "revproxy",
-		func() bool { return childproc.HTTPOK(ctx, client, r.base+"/health") }); err != nil {
-		r.stop()
-		return nil, err
-	}
-	return r, nil
+	return &revProxyProc{p: p, base: base}, nil
 }
 
 func (r *revProxyProc) stop() { r.p.Stop(5 * time.Second) }
