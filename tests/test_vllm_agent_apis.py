@@ -273,7 +273,9 @@ def test_translated_message_equals_the_native_one(gateway):
     assert native.headers["x-router-completion-tokens"] == translated.headers["x-router-completion-tokens"] == "8"
 
     # Streamed: the same named events (the translation adds Anthropic's ping, which vLLM leaves
-    # out and clients skip), the same text and the same final usage. vLLM's message_start
+    # out and clients skip; how many deltas carry the text is not compared: a busy vLLM puts
+    # several tokens in one chunk, CI saw 5 deltas natively against 8 translated for 8 tokens),
+    # the same text and the same final usage. vLLM's message_start
     # already counts the prompt (it asks its own chat stream for usage on every chunk, a vLLM
     # extension); the translation, which must work with any chat server, reports 0 there and
     # the whole usage in message_delta, which Anthropic's clients apply last.
@@ -281,7 +283,12 @@ def test_translated_message_equals_the_native_one(gateway):
     translated = post(CHAT, stream=True)
     assert native.status_code == translated.status_code == 200
     ne, te = sse_events(native), sse_events(translated)
-    assert [name for name, _ in te if name != "ping"] == [name for name, _ in ne], (te, ne)
+    def shape(events):
+        """The event names with each run of content_block_delta as one."""
+        names = [name for name, _ in events if name != "ping"]
+        return [x for i, x in enumerate(names) if x != "content_block_delta" or i == 0 or names[i - 1] != x]
+    assert shape(te) == shape(ne), (te, ne)
+    assert "content_block_delta" in shape(ne)
     assert [name for name, _ in te].count("ping") == 1 and te[1][0] == "ping"
     assert [name for name, _ in ne][:2] == ["message_start", "content_block_start"]
     assert ne[-2][0] == "message_delta" and ne[-1][0] == "message_stop"
