@@ -26,7 +26,10 @@ type classifyItem struct {
 // TextSource hands out classify bodies from Dolly rows of the target
 // categories in a seeded shuffled order. With distinct set, every body it
 // ever returns is a different text (a cache miss): after one pass over the
-// rows it starts again with " (pass n)" appended to each instruction.
+// rows it starts again with " (pass <word>)" appended to each instruction,
+// the pass number spelled in letters (passWord): the gateway's noise filter
+// drops numbers before the cache, so " (pass 2)" and " (pass 3)" would be one
+// entry and most "misses" hits.
 // Without it, it cycles over the same texts. Safe for concurrent use.
 type TextSource struct {
 	items    []classifyItem
@@ -62,9 +65,22 @@ func NewTextSource(rows []dolly.Row, seed uint64, distinct bool) (*TextSource, e
 func (t *TextSource) item(n int64) classifyItem {
 	it := t.items[n%int64(len(t.items))]
 	if pass := n / int64(len(t.items)); t.distinct && pass > 0 {
-		it.Text = fmt.Sprintf("%s (pass %d)", it.Text, pass)
+		it.Text = fmt.Sprintf("%s (pass %s)", it.Text, passWord(pass))
 	}
 	return it
+}
+
+// passWord spells n ≥ 0 in base 20 with the letters g–z, least significant first: a word
+// of letters only and no hex digit, which the noise filter keeps.
+func passWord(n int64) string {
+	const letters = "ghijklmnopqrstuvwxyz"
+	var b []byte
+	for {
+		b = append(b, letters[n%20])
+		if n /= 20; n == 0 {
+			return string(b)
+		}
+	}
 }
 
 // lengthen makes every item exactly words words long (whitespace-separated), by appending
