@@ -489,18 +489,18 @@ func TestSubmitWithin(t *testing.T) {
 
 	// 60ms later the running text has 40ms left: done after 140ms, within 150ms.
 	h.clock.Advance(60 * time.Millisecond)
-	var queued []chan error
-	within := func(text string, d time.Duration) {
+	// within submits in the background; its channel gets SubmitWithin's error.
+	within := func(text string, d time.Duration) chan error {
 		done := make(chan error, 1)
 		go func() {
 			_, _, err := h.b.SubmitWithin(context.Background(), text, d)
 			done <- err
 		}()
-		queued = append(queued, done)
+		return done
 	}
-	within("q1", 150*time.Millisecond)
+	queued := []chan error{within("q1", 150*time.Millisecond)}
 	h.waitQueueLen(1)
-	within("q2", 250*time.Millisecond) // 40ms + q1 + itself = 240ms
+	queued = append(queued, within("q2", 250*time.Millisecond)) // 40ms + q1 + itself = 240ms
 	h.waitQueueLen(2)
 	// q3 would be done after 340ms: too late for 250ms, fine for MaxQueueDelay.
 	_, _, err = h.b.SubmitWithin(context.Background(), "q3", 250*time.Millisecond)
@@ -530,22 +530,14 @@ func TestSubmitWithin(t *testing.T) {
 	// ...until a second has passed since the last batch: then one is taken as a probe, so the
 	// estimate keeps learning, and the next waits for the following second.
 	h.clock.Advance(idleProbeEvery)
-	slow := make(chan error, 1)
-	go func() {
-		_, _, err := h.b.SubmitWithin(context.Background(), "slow", time.Millisecond)
-		slow <- err
-	}()
+	slow := within("slow", time.Millisecond)
 	h.nextCall().ok()
 	require.NoError(t, <-slow)
 	_, _, err = h.b.SubmitWithin(context.Background(), "slow 2", time.Millisecond)
 	require.ErrorIs(t, err, ErrQueueFull)
 	require.Equal(t, 4.0, h.metric("triage_batcher_rejected_total"))
 	// A bound the estimate fits is always taken by an idle batcher.
-	fits := make(chan error, 1)
-	go func() {
-		_, _, err := h.b.SubmitWithin(context.Background(), "fits", time.Second)
-		fits <- err
-	}()
+	fits := within("fits", time.Second)
 	h.nextCall().ok()
 	require.NoError(t, <-fits)
 }
