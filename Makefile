@@ -14,7 +14,7 @@ export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-aiperf bench-vllm-prefix train clean help
+.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-tool-prompts bench-aiperf bench-vllm-prefix train clean help
 
 ## the default: build
 all: build
@@ -228,6 +228,13 @@ bench-side-by-side: build
 	uptime > bench/results/side-by-side/uptime.txt
 	bin/triage-bench gateway --scenarios side-by-side --out bench/results/side-by-side $(ARGS)
 	uptime >> bench/results/side-by-side/uptime.txt
+
+# The first stage on the prompts aiperf and guidellm generate (synthetic text), classified through
+# a gateway with the cascade (band held fixed) and one without; about 3 minutes. Results in
+# bench/results/tool-prompts/.
+## the cascade on the prompts aiperf and guidellm send (bench/tool-prompts/measure.sh)
+bench-tool-prompts: build setup-aiperf
+	bench/tool-prompts/measure.sh
 
 # The replica policies on two real vLLM engines (bench/README.md, "Replica policies on real
 # vLLM"): starts two engines (~3.7 GB of RAM each), so it holds the engines lock like the suites.
