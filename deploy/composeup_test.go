@@ -168,6 +168,7 @@ func TestComposeUp(t *testing.T) {
 		key = append(key,
 			fmt.Sprintf(`up{job="mockllm",pool=%q,replica=%q} == 1`, pool, id),
 			fmt.Sprintf(`vllm:num_requests_running{pool=%q,replica=%q}`, pool, id),
+			fmt.Sprintf(`triage_upstream_scraped_waiting_requests{job="triage",pool=%q,replica=%q}`, pool, id),
 			fmt.Sprintf(`triage_upstream_requests_total{pool=%q,replica=%q}`, pool, id))
 	}
 	wantTargets := len(readPromConfigTargets(t))

@@ -158,6 +158,9 @@ func TestGatewayStack(t *testing.T) {
 				fmt.Sprintf(`up{job="mockllm",replica=%q} == 1`, id),
 				fmt.Sprintf(`vllm:num_requests_running{pool=%q,replica=%q}`, pool, id),
 				fmt.Sprintf(`vllm:time_to_first_token_seconds_bucket{replica=%q}`, id),
+				// The replica-view panels read the server's gauges through the gateway.
+				fmt.Sprintf(`triage_upstream_scraped_running_requests{pool=%q,replica=%q}`, pool, id),
+				fmt.Sprintf(`triage_upstream_scraped_kv_cache_usage_ratio{pool=%q,replica=%q}`, pool, id),
 				fmt.Sprintf(`triage_upstream_inflight{pool=%q,replica=%q}`, pool, id))
 		}
 		require.NoError(t, poll(ctx, prom.proc, 500*time.Millisecond, func() error {
