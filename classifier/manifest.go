@@ -69,14 +69,22 @@ type StaticManifest struct {
 	// (vocab little-endian float32 values, one per piece), so pieces that
 	// carry nothing for the decision (digits, hex fragments, punctuation)
 	// do not dilute the text's vector.
-	Pooling       string    `json:"pooling"`
-	WeightsFile   string    `json:"weights_file,omitempty"`
-	WeightsSHA256 string    `json:"weights_sha256,omitempty"`
-	Normalize     string    `json:"normalize"`
-	HeadFile      string    `json:"head_file"`
-	HeadSHA256    string    `json:"head_sha256"`
-	Features      []string  `json:"features"`
-	Band          []float64 `json:"band"` // [lo, hi]
+	Pooling       string   `json:"pooling"`
+	WeightsFile   string   `json:"weights_file,omitempty"`
+	WeightsSHA256 string   `json:"weights_sha256,omitempty"`
+	Normalize     string   `json:"normalize"`
+	HeadFile      string   `json:"head_file"`
+	HeadSHA256    string   `json:"head_sha256"`
+	Features      []string `json:"features"`
+	// InBandHeadFile (format 3, optional) is a second logistic head, same JSON
+	// form, for the texts inside the band that load or a failed encoder leaves
+	// to the first stage after all: it reads the static vector, the same pooling
+	// over the text's first k kept pieces ("first<k>_mean_l2") and has_context.
+	// Without it such texts are decided on the head above.
+	InBandHeadFile   string    `json:"in_band_head_file,omitempty"`
+	InBandHeadSHA256 string    `json:"in_band_head_sha256,omitempty"`
+	InBandFeatures   []string  `json:"in_band_features,omitempty"`
+	Band             []float64 `json:"band"` // [lo, hi]
 	// DistilledFrom names the encoder the table was distilled from; it must be
 	// the manifest's encoder (a table from another encoder is refused).
 	DistilledFrom struct {
@@ -116,8 +124,9 @@ func LoadManifest(dir string) (*Manifest, error) {
 const (
 	formatV1 = 1 // the first format; also an absent format_version
 	formatV2 = 2 // static.pooling "weighted_mean" with static.weights_file
+	formatV3 = 3 // static.in_band_head_file: the first stage's head for the texts inside its band
 	// FormatLatest is the newest manifest format this build reads and the one the notebook writes.
-	FormatLatest = formatV2
+	FormatLatest = formatV3
 )
 
 func (m *Manifest) validate() error {

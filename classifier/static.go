@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -61,6 +63,15 @@ type Static struct {
 	bias       float32
 	drop       []uint32 // ids left out of the mean ([CLS], [SEP])
 	band       Band
+	inBand     *inBandHead // nil: the manifest has none
+}
+
+// inBandHead is the manifest's in-band head: dim weights for the static vector,
+// dim for the first k kept pieces' vector, then has_context's (0 when unused).
+type inBandHead struct {
+	w    []float32
+	bias float32
+	k    int
 }
 
 // staticHead is static_head.json.
@@ -152,7 +163,62 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	if weightsSHA != "" {
 		shas = append(shas, weightsSHA)
 	}
+	if sm.InBandHeadFile != "" {
+		ib, sha, err := loadInBandHead(dir, sm)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.inBand = ib
+		shas = append(shas, sha)
+	}
 	return s, shas, nil
+}
+
+// loadInBandHead reads static.in_band_head_file, checked against the manifest.
+func loadInBandHead(dir string, sm *StaticManifest) (*inBandHead, string, error) {
+	path := filepath.Join(dir, sm.InBandHeadFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("static in-band head: %w", err)
+	}
+	sha := sha256Hex(raw)
+	if sha != sm.InBandHeadSHA256 {
+		return nil, "", fmt.Errorf("static in-band head %s: sha256 %s does not match the manifest's %s", path, sha, sm.InBandHeadSHA256)
+	}
+	var h staticHead
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil, "", fmt.Errorf("static in-band head %s: invalid JSON: %w", path, err)
+	}
+	if !slices.Equal(h.Features, sm.InBandFeatures) {
+		return nil, "", fmt.Errorf("static in-band head %s: features %q, the manifest says %q", path, h.Features, sm.InBandFeatures)
+	}
+	if want := staticFeatureDim(h.Features, sm.Dim); len(h.Weights) != want || h.Bias == nil {
+		return nil, "", fmt.Errorf("static in-band head %s: %d weights and bias %v, want %d weights and a bias", path, len(h.Weights), h.Bias != nil, want)
+	}
+	k, _ := firstKFeature(h.Features[1]) // validate checked the order and the name
+	ib := &inBandHead{w: h.Weights, bias: *h.Bias, k: k}
+	if !slices.Contains(h.Features, FeatureHasContext) {
+		ib.w = append(ib.w, 0)
+	}
+	return ib, sha, nil
+}
+
+// firstKFeature parses the in-band head's "first<k>_mean_l2": the pooled vector of a
+// text's first k kept pieces, k in [1, 64].
+func firstKFeature(f string) (int, bool) {
+	rest, ok := strings.CutPrefix(f, "first")
+	if !ok {
+		return 0, false
+	}
+	num, ok := strings.CutSuffix(rest, "_mean_l2")
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(num)
+	if err != nil || k < 1 || k > 64 || strconv.Itoa(k) != num {
+		return 0, false
+	}
+	return k, true
 }
 
 // loadPieceWeights reads static.weights_file: vocab float32 values, each finite and >= 0.
@@ -182,10 +248,10 @@ func loadPieceWeights(dir string, sm *StaticManifest) ([]float32, string, error)
 func staticFeatureDim(features []string, dim int) int {
 	n := 0
 	for _, f := range features {
-		switch f {
-		case featStatic:
+		switch _, firstK := firstKFeature(f); {
+		case f == featStatic, firstK:
 			n += dim
-		case FeatureHasContext:
+		case f == FeatureHasContext:
 			n++
 		}
 	}
@@ -208,14 +274,51 @@ func (s *Static) Band() Band { return s.band }
 // norm in float64, then a float64 dot product. A text whose kept pieces all
 // weigh 0 has no vector: the bias and has_context alone decide it.
 func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
-	acc := make([]float32, s.dim)
+	v := make([]float32, s.dim)
+	if err := s.embed(ids, 0, v); err != nil {
+		return 0, err
+	}
+	z := float64(s.bias) + float64(s.w[s.dim])*float64(HasContext(ids, sep)) + dot(s.w[:s.dim], v)
+	return float32(1 / (1 + math.Exp(-z))), nil
+}
+
+// HasInBandHead reports whether the model has an in-band head (ScoreInBand).
+func (s *Static) HasInBandHead() bool { return s.inBand != nil }
+
+// ScoreInBand is P(slow) from the in-band head, for a text inside the band that the
+// first stage must decide after all (load, a failed encoder): the static vector as in
+// Score, the same pooling over the text's first k kept pieces, has_context; the notebook's
+// in_band_p_ref. Without an in-band head it is Score. Two dim-sized scratch vectors.
+func (s *Static) ScoreInBand(ids []uint32, sep uint32) (float32, error) {
+	if s.inBand == nil {
+		return s.Score(ids, sep)
+	}
+	v, f := make([]float32, s.dim), make([]float32, s.dim)
+	if err := s.embed(ids, 0, v); err != nil {
+		return 0, err
+	}
+	if err := s.embed(ids, s.inBand.k, f); err != nil {
+		return 0, err
+	}
+	w := s.inBand.w
+	z := float64(s.inBand.bias) + float64(w[2*s.dim])*float64(HasContext(ids, sep)) +
+		dot(w[:s.dim], v) + dot(w[s.dim:2*s.dim], f)
+	return float32(1 / (1 + math.Exp(-z))), nil
+}
+
+// embed writes into acc (dim values, zeroed) the L2-normalised (weighted) mean of
+// the rows of ids' kept pieces: all of them, or the first limit when limit > 0. A
+// piece is kept unless it is dropped ([CLS], [SEP]) or weighs 0. acc stays zero when
+// none is kept.
+func (s *Static) embed(ids []uint32, limit int, acc []float32) error {
 	var total float32
+	kept := 0
 	for _, id := range ids {
 		if slices.Contains(s.drop, id) {
 			continue
 		}
 		if int(id) >= s.vocab {
-			return 0, fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
+			return fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
 		}
 		wt := float32(1)
 		if s.pw != nil {
@@ -223,6 +326,10 @@ func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 				continue
 			}
 		}
+		if limit > 0 && kept == limit {
+			break
+		}
+		kept++
 		total += wt
 		off := int(id) * s.dim
 		// a has row's length, so the compiler drops the bounds checks.
@@ -241,21 +348,30 @@ func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 			}
 		}
 	}
-	z := float64(s.bias) + float64(s.w[s.dim])*float64(HasContext(ids, sep))
-	if total > 0 {
-		var norm float64
-		for j := range acc {
-			acc[j] /= total
-			norm += float64(acc[j]) * float64(acc[j])
-		}
-		if norm > 0 {
-			scale := float32(1 / math.Sqrt(norm))
-			for j, v := range acc {
-				z += float64(s.w[j]) * float64(v*scale)
-			}
+	if total == 0 {
+		return nil
+	}
+	var norm float64
+	for j := range acc {
+		acc[j] /= total
+		norm += float64(acc[j]) * float64(acc[j])
+	}
+	if norm > 0 {
+		scale := float32(1 / math.Sqrt(norm))
+		for j, v := range acc {
+			acc[j] = v * scale
 		}
 	}
-	return float32(1 / (1 + math.Exp(-z))), nil
+	return nil
+}
+
+// dot is the float64 dot product of w and v (same length).
+func dot(w, v []float32) float64 {
+	var z float64
+	for j, x := range v[:len(w)] {
+		z += float64(w[j]) * float64(x)
+	}
+	return z
 }
 
 // HasContext is the has_context feature of one text's ids: 1 when they hold
@@ -335,10 +451,32 @@ func (sm *StaticManifest) validate(version int) error {
 			errs = append(errs, fmt.Errorf("static.features: unknown feature %q", f))
 		}
 	}
+	if sm.InBandHeadFile != "" || sm.InBandHeadSHA256 != "" || len(sm.InBandFeatures) > 0 {
+		errs = append(errs, sm.validateInBand(version))
+	}
 	if len(sm.Band) != 2 {
 		errs = append(errs, fmt.Errorf("static.band: want [lo, hi], got %v", sm.Band))
 	} else if err := (Band{Lo: sm.Band[0], Hi: sm.Band[1]}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("static.%w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// validateInBand checks the in-band head's part of the static section.
+func (sm *StaticManifest) validateInBand(version int) error {
+	if version < formatV3 {
+		return fmt.Errorf("static.in_band_head_file needs format_version %d, the manifest says %d", formatV3, version)
+	}
+	if sm.InBandHeadFile == "" || sm.InBandHeadSHA256 == "" {
+		return errors.New("static.in_band_head_file and in_band_head_sha256: both or neither")
+	}
+	f := sm.InBandFeatures
+	ok := len(f) >= 2 && len(f) <= 3 && f[0] == featStatic && (len(f) == 2 || f[2] == FeatureHasContext)
+	if ok {
+		_, ok = firstKFeature(f[1])
+	}
+	if !ok {
+		return fmt.Errorf("static.in_band_features: want [%q, \"first<k>_mean_l2\" with k in [1, 64], %q (optional)], got %q", featStatic, FeatureHasContext, f)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,7 +34,11 @@ func TestShippedStaticStage(t *testing.T) {
 	if m.Static.Pooling == poolWeightedMean {
 		want = append(want, m.Static.WeightsSHA256)
 	}
+	if m.Static.InBandHeadFile != "" {
+		want = append(want, m.Static.InBandHeadSHA256)
+	}
 	require.Equal(t, want, shas)
+	require.Equal(t, m.Static.InBandHeadFile != "", s.HasInBandHead())
 	require.Equal(t, m.Static.Vocab, s.Vocab())
 	b := s.Band()
 	require.Equal(t, Band{Lo: m.Static.Band[0], Hi: m.Static.Band[1]}, b)
@@ -101,6 +106,12 @@ func TestStaticTableFormats(t *testing.T) {
 	// Pieces 0 and 1 kept, mean (0.5, 1), unit (1, 2)/√5; two separators: has_context 1.
 	z := 0.25 + (1-2)/math.Sqrt(5) + 0.5
 	want := 1 / (1 + math.Exp(-z))
+	// The in-band head reads the first kept piece too: row 0, unit (1, 0).
+	inBand, err := json.Marshal(map[string]any{"features": []string{featStatic, "first1_mean_l2", FeatureHasContext},
+		"weights": []float32{1, -1, 2, 0, 0.5}, "bias": -0.25})
+	require.NoError(t, err)
+	zIB := -0.25 + (1-2)/math.Sqrt(5) + 2 + 0.5
+	wantIB := 1 / (1 + math.Exp(-zIB))
 
 	for format, enc := range encode {
 		t.Run(format, func(t *testing.T) {
@@ -108,10 +119,14 @@ func TestStaticTableFormats(t *testing.T) {
 			table := enc()
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_table.bin"), table, 0o644))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_head.json"), head, 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "static_in_band_head.json"), inBand, 0o644))
 			editManifest(t, dir, func(m map[string]any) {
+				m["format_version"] = 3
 				s := m["static"].(map[string]any)
 				s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = format, 3, 2, []int{sep}
 				s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
+				s["in_band_head_file"], s["in_band_head_sha256"] = "static_in_band_head.json", sha256Hex(inBand)
+				s["in_band_features"] = []string{featStatic, "first1_mean_l2", FeatureHasContext}
 				s["pooling"] = "mean" // every kept piece counts once
 				delete(s, "weights_file")
 			})
@@ -121,6 +136,12 @@ func TestStaticTableFormats(t *testing.T) {
 			p, err := s.Score([]uint32{0, sep, 1, sep}, sep)
 			require.NoError(t, err)
 			require.InDelta(t, want, p, 1e-6)
+			p, err = s.ScoreInBand([]uint32{0, sep, 1, sep}, sep)
+			require.NoError(t, err)
+			require.InDelta(t, wantIB, p, 1e-6)
+			p, err = s.ScoreInBand([]uint32{sep}, sep)
+			require.NoError(t, err)
+			require.InDelta(t, 1/(1+math.Exp(0.25)), p, 1e-6, "in-band head, no kept piece: its bias alone")
 			p, err = s.Score([]uint32{sep}, sep)
 			require.NoError(t, err)
 			require.InDelta(t, 1/(1+math.Exp(-0.25)), p, 1e-6, "no kept piece: the bias alone")
@@ -194,7 +215,7 @@ func writePieceWeights(t *testing.T, dir string, w []float32) {
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "static_piece_weights.bin"), b, 0o644))
 	editManifest(t, dir, func(m map[string]any) {
-		m["format_version"] = 2
+		m["format_version"] = FormatLatest // weighted_mean needs 2 or later
 		s := m["static"].(map[string]any)
 		s["pooling"], s["weights_file"], s["weights_sha256"] = "weighted_mean", "static_piece_weights.bin", sha256Hex(b)
 	})
@@ -223,10 +244,38 @@ func TestStaticWeightedMean(t *testing.T) {
 			s := m["static"].(map[string]any)
 			s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = formatFP32, 4, 2, []int{sep}
 			s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
+			delete(s, "in_band_head_file") // the shipped one is for 384 dims
+			delete(s, "in_band_head_sha256")
+			delete(s, "in_band_features")
 		})
 		return dir
 	}
 	sigmoid := func(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
+
+	// The in-band head's first k pieces are the first k kept ones: a piece of weight 0 is
+	// not among them. Its weights read the first piece's second value only.
+	t.Run("in-band head", func(t *testing.T) {
+		dir := setup(t)
+		writePieceWeights(t, dir, []float32{3, 1, 0, 1})
+		ib, err := json.Marshal(map[string]any{"features": []string{featStatic, "first1_mean_l2"},
+			"weights": []float32{0, 0, 0, 1}, "bias": 0})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_in_band_head.json"), ib, 0o644))
+		editManifest(t, dir, func(m map[string]any) {
+			s := m["static"].(map[string]any)
+			s["in_band_head_file"], s["in_band_head_sha256"] = "static_in_band_head.json", sha256Hex(ib)
+			s["in_band_features"] = []string{featStatic, "first1_mean_l2"}
+		})
+		s, shas, err := loadStage(dir)
+		require.NoError(t, err)
+		require.Len(t, shas, 4, "table, head, weights, in-band head")
+		p, err := s.ScoreInBand([]uint32{2, 1, 0, sep}, sep) // piece 2 weighs 0: the first kept is 1, row (0, 2)
+		require.NoError(t, err)
+		require.InDelta(t, sigmoid(1), p, 1e-6)
+		p, err = s.ScoreInBand([]uint32{0, 1, sep}, sep) // first kept 0, row (1, 0)
+		require.NoError(t, err)
+		require.InDelta(t, 0.5, p, 1e-6)
+	})
 
 	dir := setup(t)
 	writePieceWeights(t, dir, []float32{3, 1, 0, 1})
@@ -267,6 +316,9 @@ func TestManifestFormatVersions(t *testing.T) {
 	editManifest(t, dir, func(m map[string]any) {
 		delete(m, "format_version")
 		s := m["static"].(map[string]any)
+		for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features"} {
+			delete(s, k) // a format-3 field
+		}
 		if s["pooling"] == "weighted_mean" {
 			// The shipped model weighs its pieces; as format 1 it is the same table with a plain mean.
 			s["pooling"] = "mean"
@@ -277,10 +329,10 @@ func TestManifestFormatVersions(t *testing.T) {
 	_, _, err := loadStage(dir)
 	require.NoError(t, err, "a format-1 manifest still loads")
 
-	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 3 })
+	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 4 })
 	_, err = LoadManifest(dir)
-	require.ErrorContains(t, err, "format_version 3")
-	require.ErrorContains(t, err, "formats 1 to 2")
+	require.ErrorContains(t, err, "format_version 4")
+	require.ErrorContains(t, err, "formats 1 to 3")
 
 	editManifest(t, dir, func(m map[string]any) {
 		delete(m, "format_version")
@@ -288,6 +340,15 @@ func TestManifestFormatVersions(t *testing.T) {
 	})
 	_, err = LoadManifest(dir)
 	require.ErrorContains(t, err, "needs format_version 2")
+
+	editManifest(t, dir, func(m map[string]any) {
+		m["format_version"] = 2
+		s := m["static"].(map[string]any)
+		s["in_band_head_file"], s["in_band_head_sha256"] = "static_in_band_head.json", "00"
+		s["in_band_features"] = []string{"static_mean_l2", "first3_mean_l2", "has_context"}
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "static.in_band_head_file needs format_version 3")
 }
 
 func TestPieceWeightErrors(t *testing.T) {
@@ -333,4 +394,61 @@ func TestPieceWeightErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The in-band head's part of the manifest is checked before anything is read, and its file
+// against the manifest; a model without one scores inside the band on its static head.
+func TestInBandHeadErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(s map[string]any)
+		want string
+	}{
+		{"unknown feature", func(s map[string]any) {
+			s["in_band_features"] = []string{featStatic, "first0_mean_l2", FeatureHasContext}
+		}, "static.in_band_features"},
+		{"features out of order", func(s map[string]any) {
+			s["in_band_features"] = []string{"first3_mean_l2", featStatic}
+		}, "static.in_band_features"},
+		{"no sha256", func(s map[string]any) { delete(s, "in_band_head_sha256") }, "both or neither"},
+		{"wrong sha256", func(s map[string]any) { s["in_band_head_sha256"] = strings.Repeat("0", 64) }, "does not match the manifest's"},
+		{"features not the file's", func(s map[string]any) {
+			s["in_band_features"] = []string{featStatic, "first4_mean_l2", FeatureHasContext}
+		}, "the manifest says"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyDir(t, filepath.Join(repo, "models"))
+			editManifest(t, dir, func(m map[string]any) { tc.edit(m["static"].(map[string]any)) })
+			_, _, err := loadStage(dir)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	for _, k := range []struct {
+		f  string
+		k  int
+		ok bool
+	}{{"first3_mean_l2", 3, true}, {"first64_mean_l2", 64, true}, {"first65_mean_l2", 0, false},
+		{"first03_mean_l2", 0, false}, {"first_mean_l2", 0, false}, {"first3_mean", 0, false}} {
+		got, ok := firstKFeature(k.f)
+		require.Equal(t, k.ok, ok, k.f)
+		require.Equal(t, k.k, got, k.f)
+	}
+
+	dir := copyDir(t, filepath.Join(repo, "models"))
+	editManifest(t, dir, func(m map[string]any) {
+		s := m["static"].(map[string]any)
+		delete(s, "in_band_head_file")
+		delete(s, "in_band_head_sha256")
+		delete(s, "in_band_features")
+	})
+	s, _, err := loadStage(dir)
+	require.NoError(t, err)
+	require.False(t, s.HasInBandHead())
+	ids := []uint32{101, 2023, 2003, 1037, 3231, 102}
+	p, err := s.Score(ids, 102)
+	require.NoError(t, err)
+	pIB, err := s.ScoreInBand(ids, 102)
+	require.NoError(t, err)
+	require.Equal(t, p, pIB, "without an in-band head, ScoreInBand is Score")
 }

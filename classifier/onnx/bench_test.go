@@ -201,6 +201,16 @@ func BenchmarkStatic(b *testing.B) {
 			}
 			report(b)
 		})
+		b.Run(set.name+"/in-band-head", func(b *testing.B) {
+			// What a text inside the band costs on top of /static when load or a failed
+			// encoder has the first stage decide it.
+			for i := 0; i < b.N; i++ {
+				if _, err := c.InBandScore(toks[i%len(toks)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
 		b.Run(set.name+"/tokenize", func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				if _, err := c.Tokenize(set.texts[i%len(set.texts)]); err != nil {

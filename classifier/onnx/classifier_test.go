@@ -23,6 +23,8 @@ type parityRow struct {
 	Tokens   int      `json:"tokens"`
 	PSlow    float64  `json:"p_slow"`
 	PStatic  *float64 `json:"p_static"`
+	// PInBand is the notebook's in-band head (in_band_p_ref), for a model that has one.
+	PInBand *float64 `json:"p_static_in_band"`
 }
 
 func loadParity(t *testing.T, variant string) []parityRow {

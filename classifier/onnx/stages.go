@@ -67,6 +67,35 @@ func (c *Classifier) StaticScore(t classifier.Tokens) (classifier.Result, error)
 	return r, nil
 }
 
+// InBandScore is StaticScore on the model's in-band head (its manifest's
+// static.in_band_head_file): P(slow) for a text inside the band that the first
+// stage decides after all, because the encoder's queue narrowed the band or the
+// encoder failed. A model without an in-band head answers as StaticScore does.
+// Same errors as StaticScore.
+func (c *Classifier) InBandScore(t classifier.Tokens) (classifier.Result, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return classifier.Result{}, classifier.ErrClosed
+	}
+	if c.static == nil {
+		return classifier.Result{}, classifier.ErrNoStatic
+	}
+	ids, ok := t.IDsFor(c.tokID)
+	if !ok {
+		return classifier.Result{}, classifier.ErrForeignTokens
+	}
+	p, err := c.static.ScoreInBand(ids, c.sepID)
+	if err != nil {
+		return classifier.Result{}, err
+	}
+	r := classifier.Result{PSlow: p, Tokens: len(ids), Stage: classifier.StageStatic}
+	if float64(p) > c.manifest.LabelThreshold {
+		r.Label = classifier.SlowLabel
+	}
+	return r, nil
+}
+
 // ClassifyTokens is Classify for texts already tokenized by Tokenize: the
 // same length grouping, encoder calls and head, the same results (Stage
 // StageEncoder), without tokenizing again. A Tokens value from a

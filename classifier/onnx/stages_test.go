@@ -16,8 +16,9 @@ import (
 	"github.com/triage-gw/triage/classifier"
 )
 
-// TestStaticParity runs every text of the parity file through Tokenize and
-// StaticScore: P(slow) must match the notebook's static stage to 1e-5. The
+// TestStaticParity runs every text of the parity file through Tokenize,
+// StaticScore and InBandScore: P(slow) must match the notebook's static stage
+// and its in-band head to 1e-5. The
 // file holds prompts with reference tags and URLs ("noise") and texts whose
 // pieces all weigh 0, so the piece weights are checked as well as the mean.
 func TestStaticParity(t *testing.T) {
@@ -28,7 +29,7 @@ func TestStaticParity(t *testing.T) {
 		cats[r.Category]++
 	}
 	require.Positive(t, cats["noise"], "parity file lacks noisy prompts (re-run the notebook)")
-	var worst float64
+	var worst, worstIB float64
 	for i, row := range rows {
 		require.NotNilf(t, row.PStatic, "row %d: parity file has no p_static (re-run the notebook)", i)
 		tok, err := c.Tokenize(row.Text)
@@ -41,8 +42,16 @@ func TestStaticParity(t *testing.T) {
 		require.Equal(t, row.Tokens, res.Tokens)
 		require.Equal(t, classifier.StageStatic, res.Stage)
 		require.Equal(t, res.PSlow > 0.5, res.Label == classifier.SlowLabel)
+
+		require.NotNilf(t, row.PInBand, "row %d: parity file has no p_static_in_band (re-run the notebook)", i)
+		ib, err := c.InBandScore(tok)
+		require.NoError(t, err)
+		d = math.Abs(float64(ib.PSlow) - *row.PInBand)
+		worstIB = max(worstIB, d)
+		require.LessOrEqualf(t, d, 1e-5, "row %d (%s, %d tokens): in-band head go %.7f python %.7f", i, row.Category, row.Tokens, ib.PSlow, *row.PInBand)
+		require.Equal(t, ib.PSlow > 0.5, ib.Label == classifier.SlowLabel)
 	}
-	t.Logf("%d texts, max |P_go - P_python| (static) = %.2e", len(rows), worst)
+	t.Logf("%d texts, max |P_go - P_python| static = %.2e, in-band head = %.2e", len(rows), worst, worstIB)
 }
 
 // TestTokensFeedBothStages: ClassifyTokens gives exactly what Classify gives,
