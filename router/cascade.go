@@ -83,6 +83,15 @@ type Staged interface {
 	ClassifyTokens(ctx context.Context, toks []classifier.Tokens) ([]classifier.Result, error)
 }
 
+// InBandScorer is a Staged model with a second first-stage head for the texts inside its
+// band (*onnx.Classifier, for a manifest with static.in_band_head_file). Such a text is
+// decided by the first stage only when the encoder's queue narrows the band or the
+// encoder fails; then it is decided on InBandScore's P(slow), which reads more of the text
+// than StaticScore's head, rather than on StaticScore's.
+type InBandScorer interface {
+	InBandScore(t classifier.Tokens) (classifier.Result, error)
+}
+
 // Filtered is a Model that names the text filter its heads were trained behind (its
 // manifest's text_filter); *onnx.Classifier implements it. For classifier.NoiseFilter the
 // router drops each text's noise words (classifier.FilterInput) before its caches, the
@@ -121,20 +130,30 @@ func cacheVersion(version string, s Staged, band classifier.Band) string {
 }
 
 // firstStage tokenizes text and scores it with the first stage. decided reports that band
-// (l.band, or l.band narrowed under load) lets the score stand; otherwise tok is kept for
-// the encoder. A text the tokenizer refuses is an *UnclassifiableError; any other failure
+// (l.band, or l.band narrowed under load) lets the score stand, own that l.band itself does;
+// otherwise tok is kept for the encoder. For a text inside l.band, res is the in-band head's
+// score when the model has one (InBandScorer): what decides it under load, or if the
+// encoder fails. A text the tokenizer refuses is an *UnclassifiableError; any other failure
 // sends the text on to the encoder (decided false, tok zero), which reports its own errors.
-func firstStage(l *loaded, band classifier.Band, text string) (res classifier.Result, tok classifier.Tokens, decided bool, err error) {
+func firstStage(l *loaded, band classifier.Band, text string) (res classifier.Result, tok classifier.Tokens, decided, own bool, err error) {
 	tok, err = l.staged.Tokenize(text)
 	if err != nil {
 		if errors.Is(err, classifier.ErrEmptyText) || errors.Is(err, classifier.ErrInvalidUTF8) {
-			return res, tok, false, &UnclassifiableError{Err: err}
+			return res, tok, false, false, &UnclassifiableError{Err: err}
 		}
-		return res, classifier.Tokens{}, false, nil
+		return res, classifier.Tokens{}, false, false, nil
 	}
 	res, err = l.staged.StaticScore(tok)
 	if err != nil {
-		return res, tok, false, nil
+		return res, tok, false, false, nil
 	}
-	return res, tok, band.Decides(res.PSlow), nil
+	own, decided = l.band.Decides(res.PSlow), band.Decides(res.PSlow)
+	if !own {
+		if ib, ok := l.staged.(InBandScorer); ok {
+			if r, err := ib.InBandScore(tok); err == nil {
+				res = r
+			}
+		}
+	}
+	return res, tok, decided, own, nil
 }

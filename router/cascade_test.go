@@ -304,3 +304,105 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	require.NoError(t, c.Write(&m))
 	return m.GetCounter().GetValue()
 }
+
+// inBandModel is stagedModel with an in-band head, scoring a text by its "i=0.2" word
+// (0.5 without one) and counting its calls.
+type inBandModel struct {
+	*stagedModel
+	inBand atomic.Int64
+}
+
+func (m *inBandModel) InBandScore(t classifier.Tokens) (classifier.Result, error) {
+	m.inBand.Add(1)
+	text, ok := m.text(t)
+	if !ok {
+		return classifier.Result{}, classifier.ErrForeignTokens
+	}
+	r := classifier.Result{PSlow: 0.5, Tokens: t.Len(), Stage: classifier.StageStatic}
+	for w := range strings.FieldsSeq(text) {
+		if v, ok := strings.CutPrefix(w, "i="); ok {
+			f, err := strconv.ParseFloat(v, 32)
+			if err != nil {
+				return classifier.Result{}, err
+			}
+			r.PSlow = float32(f)
+		}
+	}
+	if float64(r.PSlow) > m.cutoff {
+		r.Label = classifier.SlowLabel
+	}
+	return r, nil
+}
+
+var _ InBandScorer = (*inBandModel)(nil)
+
+// With an in-band head, a text inside the model's band that the first stage decides after
+// all (the band narrowed under load, or the encoder too slow) is decided on that head's
+// score, never cached; a text outside the band is the static head's as before, and a text
+// inside it at an idle gateway is the encoder's.
+func TestInBandHeadDecidesWhatTheBandLeavesUnderLoad(t *testing.T) {
+	m := &inBandModel{stagedModel: newStagedModel()}
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	m.encode = func(texts []string) {
+		for _, tx := range texts {
+			if strings.Contains(tx, "hold") {
+				<-release
+			}
+		}
+	}
+	cfg := testConfig()
+	cfg.Cascade.NarrowFrom, cfg.Cascade.NarrowTo = 0, 4
+	cfg.Batcher.MaxBatch = 1
+	cfg.Routing.ClassifyBudget = 0
+	r := startRouter(t, cfg, m)
+	t.Cleanup(unblock) // runs before the router's Close, so a failed check does not hang it
+	ctx := context.Background()
+
+	rt, err := r.Preview(ctx, "outside s=0.95 i=0.1 p=0.2")
+	require.NoError(t, err)
+	require.Equal(t, classifier.StageStatic, rt.Stage)
+	require.InDelta(t, 0.95, rt.PSlow, 1e-6, "outside the band: the static head decides")
+	require.Zero(t, m.inBand.Load(), "the in-band head is not asked about a text outside the band")
+	rt, err = r.Preview(ctx, "idle s=0.5 i=0.1 p=0.8")
+	require.NoError(t, err)
+	require.Equal(t, classifier.StageEncoder, rt.Stage)
+	require.InDelta(t, 0.8, rt.PSlow, 1e-6, "inside the band at an idle gateway: the encoder decides")
+
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() { _, _ = r.Preview(ctx, fmt.Sprintf("hold %d s=0.5 p=0.2", i)) })
+	}
+	require.Eventually(t, func() bool { return r.batch.QueueLen() >= 4 }, 10*time.Second, time.Millisecond)
+	const text = "inside the band s=0.3 i=0.8 p=0.1"
+	rt, err = r.Preview(ctx, text)
+	require.NoError(t, err)
+	require.Equal(t, classifier.StageStatic, rt.Stage, "band collapsed: the first stage decides")
+	require.InDelta(t, 0.8, rt.PSlow, 1e-6, "on the in-band head's score, not the static head's 0.3")
+	unblock()
+	wg.Wait()
+	r.WaitCache()
+	_, ok := r.cache.get(r.models.peek().key, text)
+	require.False(t, ok, "a decision made only under load is not cached")
+
+	// The encoder too slow for the budget: the in-band head's score decides.
+	cfg.Cascade.NarrowTo = 0
+	cfg.Routing.ClassifyBudget = 30 * time.Millisecond
+	hold := make(chan struct{})
+	m2 := &inBandModel{stagedModel: newStagedModel()}
+	m2.encode = func(texts []string) {
+		for _, tx := range texts {
+			if strings.Contains(tx, "hold") {
+				<-hold
+			}
+		}
+	}
+	r2 := startRouter(t, cfg, m2)
+	t.Cleanup(func() { close(hold) })
+	route, err := r2.Route(ctx, "hold this s=0.7 i=0.2 p=0.9")
+	require.NoError(t, err)
+	defer route.Release()
+	require.Equal(t, decision.ReasonClassifierTimeout, route.InBandAfter)
+	require.InDelta(t, 0.2, route.PSlow, 1e-6, "the in-band head's score, not the static head's 0.7 or the encoder's 0.9")
+}

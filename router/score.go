@@ -263,14 +263,14 @@ func (r *Router) scoreFirstStage(cur *loaded, texts []string, miss []int, out []
 	band := r.cfg.Cascade.bandAt(cur.band, r.batch.QueueLen())
 	for _, i := range miss {
 		t0 := time.Now()
-		res, tok, decided, err := firstStage(cur, band, texts[i])
+		res, tok, decided, own, err := firstStage(cur, band, texts[i])
 		took := time.Since(t0)
 		switch {
 		case err != nil:
 			errs[i] = err
 		case decided:
 			r.m.classifications.WithLabelValues(classifier.StageStatic.String()).Inc()
-			if cur.band.Decides(res.PSlow) {
+			if own {
 				r.store(cur.key, texts[i], cached{pSlow: res.PSlow, tokens: res.Tokens, stage: classifier.StageStatic})
 			}
 			out[i] = Score{PSlow: res.PSlow, Tokens: res.Tokens, Version: cur.version, Cutoff: cur.cutoff,
