@@ -30,6 +30,10 @@ def main(d):
             files.append((s.get("weights_file", ""), s.get("weights_sha256", "")))
             if m.get("format_version", 1) < 2:
                 failures.append("pooling weighted_mean needs format_version 2")
+        if s.get("in_band_head_file"):
+            files.append((s["in_band_head_file"], s.get("in_band_head_sha256", "")))
+            if m.get("format_version", 1) < 3:
+                failures.append("static.in_band_head_file needs format_version 3")
         lo, hi = s["band"]
         if not (0 <= lo <= hi <= 1):
             failures.append(f"band {s['band']} invalid")
@@ -41,6 +45,8 @@ def main(d):
     rows = [json.loads(l) for l in open(d / "parity.jsonl", encoding="utf-8")]
     if not rows or any("p_slow" not in r or "p_static" not in r for r in rows):
         failures.append("parity.jsonl lacks p_slow/p_static")
+    if s is not None and s.get("in_band_head_file") and any("p_static_in_band" not in r for r in rows):
+        failures.append("parity.jsonl lacks p_static_in_band")
     met = json.load(open(d / "metrics.json"))
     for k, r in met.get("static", {}).get("test", {}).items():
         print(f"{k}: accuracy {r['accuracy']:.4f}, static share {r['static_share_texts']:.3f}, "

@@ -14,7 +14,7 @@ tolerance rather than by sha256: int8 values may differ by one quantisation
 step (a rounding flip) in at most 0.1% of the entries, per-row scales by 1e-4
 relative; float tables by 1e-4 absolute. On top of that: the same band, pooling
 and piece weights (they follow from the vocabulary alone: byte for byte), static
-parity probabilities within 1e-4, static test metrics within 0.5 points, and the
+parity probabilities (both static heads) within 1e-4, static test metrics within 0.5 points, and the
 share decided statically and the agreement with MiniLM on the noisy prompts
 within 2 points (600 texts per set or fewer: one text is 0.17 points).
 """
@@ -42,7 +42,7 @@ def check_static(a, b, failures):
     if sa is None or sb is None:
         failures.append(f"static stage: committed has {'one' if sa else 'none'}, fresh has {'one' if sb else 'none'}")
         return
-    for k in ["table_format", "vocab", "dim", "drop_ids", "features", "band", "pooling", "weights_sha256"]:
+    for k in ["table_format", "vocab", "dim", "drop_ids", "features", "band", "pooling", "weights_sha256", "in_band_features"]:
         if sa.get(k) != sb.get(k):
             failures.append(f"static.{k}: committed {sa[k]}, fresh {sb[k]}")
     if failures:
@@ -68,6 +68,14 @@ def check_static(a, b, failures):
     print(f"  static parity: max |committed - fresh| = {worst:.2e}")
     if worst > 1e-4:
         failures.append(f"static parity P(slow) differs by {worst:.2e} > 1e-4")
+    if sa.get("in_band_head_file"):
+        if any("p_static_in_band" not in x or "p_static_in_band" not in y for x, y in zip(pa, pb)):
+            failures.append("parity: p_static_in_band missing (the manifest names an in-band head)")
+        else:
+            worst_ib = max(abs(x["p_static_in_band"] - y["p_static_in_band"]) for x, y in zip(pa, pb))
+            print(f"  in-band head parity: max |committed - fresh| = {worst_ib:.2e}")
+            if worst_ib > 1e-4:
+                failures.append(f"in-band head parity P(slow) differs by {worst_ib:.2e} > 1e-4")
     ma = json.load(open(a / "metrics.json"))["static"]["test"]
     mb = json.load(open(b / "metrics.json"))["static"]["test"]
     for model in ma:
