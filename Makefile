@@ -14,7 +14,7 @@ export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-tool-prompts bench-aiperf bench-vllm-prefix train clean help
+.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-tool-prompts bench-in-band bench-aiperf bench-vllm-prefix train clean help
 
 ## the default: build
 all: build
@@ -235,6 +235,13 @@ bench-side-by-side: build
 ## the cascade on the prompts aiperf and guidellm send (bench/tool-prompts/measure.sh)
 bench-tool-prompts: build setup-aiperf
 	bench/tool-prompts/measure.sh
+
+# The first stage under load, end to end: Dolly's test split through /v1/classify with the band
+# collapsed by 16 clients, with and without the model's in-band head; under a minute. Results in
+# bench/results/in-band/.
+## the first stage's accuracy under load, with and without the in-band head (bench/in-band/run.sh)
+bench-in-band: build
+	bench/in-band/run.sh
 
 # The replica policies on two real vLLM engines (bench/README.md, "Replica policies on real
 # vLLM"): starts two engines (~3.7 GB of RAM each), so it holds the engines lock like the suites.
