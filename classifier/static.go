@@ -136,24 +136,9 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 		}
 	}
 
-	headPath := filepath.Join(dir, sm.HeadFile)
-	hraw, err := os.ReadFile(headPath)
+	h, headSHA, err := readHead("static head", filepath.Join(dir, sm.HeadFile), sm.HeadSHA256, sm.Features, sm.Dim)
 	if err != nil {
-		return nil, nil, fmt.Errorf("static head: %w", err)
-	}
-	headSHA := sha256Hex(hraw)
-	if headSHA != sm.HeadSHA256 {
-		return nil, nil, fmt.Errorf("static head %s: sha256 %s does not match the manifest's %s", headPath, headSHA, sm.HeadSHA256)
-	}
-	var h staticHead
-	if err := json.Unmarshal(hraw, &h); err != nil {
-		return nil, nil, fmt.Errorf("static head %s: invalid JSON: %w", headPath, err)
-	}
-	if !slices.Equal(h.Features, sm.Features) {
-		return nil, nil, fmt.Errorf("static head %s: features %q, the manifest says %q", headPath, h.Features, sm.Features)
-	}
-	if want := staticFeatureDim(sm.Features, sm.Dim); len(h.Weights) != want || h.Bias == nil {
-		return nil, nil, fmt.Errorf("static head %s: %d weights and bias %v, want %d weights and a bias", headPath, len(h.Weights), h.Bias != nil, want)
+		return nil, nil, err
 	}
 	s.w, s.bias = h.Weights, *h.Bias
 	if !slices.Contains(sm.Features, FeatureHasContext) {
@@ -174,26 +159,35 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	return s, shas, nil
 }
 
-// loadInBandHead reads static.in_band_head_file, checked against the manifest.
-func loadInBandHead(dir string, sm *StaticManifest) (*inBandHead, string, error) {
-	path := filepath.Join(dir, sm.InBandHeadFile)
+// readHead reads a head file (what names it in errors), checked against the manifest's
+// sha256 and features, with one weight per feature value (dim for a vector) and a bias.
+func readHead(what, path, wantSHA string, features []string, dim int) (staticHead, string, error) {
+	var h staticHead
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("static in-band head: %w", err)
+		return h, "", fmt.Errorf("%s: %w", what, err)
 	}
 	sha := sha256Hex(raw)
-	if sha != sm.InBandHeadSHA256 {
-		return nil, "", fmt.Errorf("static in-band head %s: sha256 %s does not match the manifest's %s", path, sha, sm.InBandHeadSHA256)
+	if sha != wantSHA {
+		return h, "", fmt.Errorf("%s %s: sha256 %s does not match the manifest's %s", what, path, sha, wantSHA)
 	}
-	var h staticHead
 	if err := json.Unmarshal(raw, &h); err != nil {
-		return nil, "", fmt.Errorf("static in-band head %s: invalid JSON: %w", path, err)
+		return h, "", fmt.Errorf("%s %s: invalid JSON: %w", what, path, err)
 	}
-	if !slices.Equal(h.Features, sm.InBandFeatures) {
-		return nil, "", fmt.Errorf("static in-band head %s: features %q, the manifest says %q", path, h.Features, sm.InBandFeatures)
+	if !slices.Equal(h.Features, features) {
+		return h, "", fmt.Errorf("%s %s: features %q, the manifest says %q", what, path, h.Features, features)
 	}
-	if want := staticFeatureDim(h.Features, sm.Dim); len(h.Weights) != want || h.Bias == nil {
-		return nil, "", fmt.Errorf("static in-band head %s: %d weights and bias %v, want %d weights and a bias", path, len(h.Weights), h.Bias != nil, want)
+	if want := staticFeatureDim(features, dim); len(h.Weights) != want || h.Bias == nil {
+		return h, "", fmt.Errorf("%s %s: %d weights and bias %v, want %d weights and a bias", what, path, len(h.Weights), h.Bias != nil, want)
+	}
+	return h, sha, nil
+}
+
+// loadInBandHead reads static.in_band_head_file, checked against the manifest.
+func loadInBandHead(dir string, sm *StaticManifest) (*inBandHead, string, error) {
+	h, sha, err := readHead("static in-band head", filepath.Join(dir, sm.InBandHeadFile), sm.InBandHeadSHA256, sm.InBandFeatures, sm.Dim)
+	if err != nil {
+		return nil, "", err
 	}
 	k, _ := firstKFeature(h.Features[1]) // validate checked the order and the name
 	ib := &inBandHead{w: h.Weights, bias: *h.Bias, k: k}

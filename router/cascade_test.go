@@ -61,13 +61,19 @@ func (m *stagedModel) text(t classifier.Tokens) (string, bool) {
 
 func (m *stagedModel) StaticScore(t classifier.Tokens) (classifier.Result, error) {
 	m.static.Add(1)
+	return m.wordScore(t, "s=")
+}
+
+// wordScore is a first-stage Result for t: P(slow) from the text's word with prefix
+// (e.g. "s=0.95"), 0.5 without one.
+func (m *stagedModel) wordScore(t classifier.Tokens, prefix string) (classifier.Result, error) {
 	text, ok := m.text(t)
 	if !ok {
 		return classifier.Result{}, classifier.ErrForeignTokens
 	}
 	r := classifier.Result{PSlow: 0.5, Tokens: t.Len(), Stage: classifier.StageStatic}
 	for w := range strings.FieldsSeq(text) {
-		if v, ok := strings.CutPrefix(w, "s="); ok {
+		if v, ok := strings.CutPrefix(w, prefix); ok {
 			f, err := strconv.ParseFloat(v, 32)
 			if err != nil {
 				return classifier.Result{}, err
@@ -314,24 +320,7 @@ type inBandModel struct {
 
 func (m *inBandModel) InBandScore(t classifier.Tokens) (classifier.Result, error) {
 	m.inBand.Add(1)
-	text, ok := m.text(t)
-	if !ok {
-		return classifier.Result{}, classifier.ErrForeignTokens
-	}
-	r := classifier.Result{PSlow: 0.5, Tokens: t.Len(), Stage: classifier.StageStatic}
-	for w := range strings.FieldsSeq(text) {
-		if v, ok := strings.CutPrefix(w, "i="); ok {
-			f, err := strconv.ParseFloat(v, 32)
-			if err != nil {
-				return classifier.Result{}, err
-			}
-			r.PSlow = float32(f)
-		}
-	}
-	if float64(r.PSlow) > m.cutoff {
-		r.Label = classifier.SlowLabel
-	}
-	return r, nil
+	return m.wordScore(t, "i=")
 }
 
 var _ InBandScorer = (*inBandModel)(nil)

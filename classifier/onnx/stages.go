@@ -44,27 +44,7 @@ func (c *Classifier) Band() (classifier.Band, bool) {
 // encoder would report. Errors: ErrNoStatic, ErrForeignTokens (also for a
 // zero Tokens), ErrClosed.
 func (c *Classifier) StaticScore(t classifier.Tokens) (classifier.Result, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return classifier.Result{}, classifier.ErrClosed
-	}
-	if c.static == nil {
-		return classifier.Result{}, classifier.ErrNoStatic
-	}
-	ids, ok := t.IDsFor(c.tokID)
-	if !ok {
-		return classifier.Result{}, classifier.ErrForeignTokens
-	}
-	p, err := c.static.Score(ids, c.sepID)
-	if err != nil {
-		return classifier.Result{}, err
-	}
-	r := classifier.Result{PSlow: p, Tokens: len(ids), Stage: classifier.StageStatic}
-	if float64(p) > c.manifest.LabelThreshold {
-		r.Label = classifier.SlowLabel
-	}
-	return r, nil
+	return c.staticResult(t, (*classifier.Static).Score)
 }
 
 // InBandScore is StaticScore on the model's in-band head (its manifest's
@@ -73,6 +53,11 @@ func (c *Classifier) StaticScore(t classifier.Tokens) (classifier.Result, error)
 // encoder failed. A model without an in-band head answers as StaticScore does.
 // Same errors as StaticScore.
 func (c *Classifier) InBandScore(t classifier.Tokens) (classifier.Result, error) {
+	return c.staticResult(t, (*classifier.Static).ScoreInBand)
+}
+
+// staticResult scores t with one of the static stage's heads (score) as a Result.
+func (c *Classifier) staticResult(t classifier.Tokens, score func(*classifier.Static, []uint32, uint32) (float32, error)) (classifier.Result, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -85,7 +70,7 @@ func (c *Classifier) InBandScore(t classifier.Tokens) (classifier.Result, error)
 	if !ok {
 		return classifier.Result{}, classifier.ErrForeignTokens
 	}
-	p, err := c.static.ScoreInBand(ids, c.sepID)
+	p, err := score(c.static, ids, c.sepID)
 	if err != nil {
 		return classifier.Result{}, err
 	}
