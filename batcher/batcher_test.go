@@ -367,8 +367,12 @@ func TestFullBatchDispatchesAtOnceWithFreeWorker(t *testing.T) {
 	outs := h.submitAll("a", "b", "c", "d")
 	c2 := h.nextCall() // rule (a): no clock advance
 	require.Len(t, c2.texts, 3)
-	h.waitQueueLen(1)
-	require.Equal(t, 0, h.clock.pending(), "both workers busy: no window to time")
+	// QueueLen is published at the end of a dispatcher round, after the timer is settled, but
+	// the Func call above can be seen before the round that made it ends: wait for the round
+	// where the straggler is queued and both workers are busy. A timer armed there never goes.
+	h.waitFor("the straggler queued and no window to time (both workers busy)", func() bool {
+		return h.b.QueueLen() == 1 && h.clock.pending() == 0
+	})
 
 	c2.ok()
 	// One batch still runs and the straggler is alone: it waits for the window...
