@@ -313,8 +313,10 @@ func (d *dispatcher[R]) run() error {
 		}
 		d.dispatch()
 		d.armTimer()
-		b.queueLen.Store(int64(d.live))
+		// The gauge first: QueueLen is what callers (and tests) wait on, so once it shows a
+		// round's value, everything else that round published is visible too.
 		b.m.depth.Set(float64(d.live))
+		b.queueLen.Store(int64(d.live))
 		if b.hook != nil {
 			b.hook()
 		}
