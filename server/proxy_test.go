@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/triage-gw/triage/classifier"
+	"github.com/triage-gw/triage/internal/testnet"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -231,12 +232,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 // never the replica's address; the failed replica is named in x-router-replica, as on every
 // routed answer.
 func TestUpstreamErrorsNameIdsNotAddresses(t *testing.T) {
-	dead := func() string {
-		srv := httptest.NewServer(http.NotFoundHandler())
-		srv.Close()
-		return srv.URL
-	}
-	cfg := testConfig([]string{dead()}, []string{dead()})
+	cfg := testConfig([]string{testnet.RefusedURL(t)}, []string{testnet.RefusedURL(t)})
 	cfg.Pools.Fast.Replicas[0].ID = "" // the default id must not be the URL either
 	_, url, _ := run(t, cfg, testOptions{load: func() (router.Model, error) { return newFakeModel("v1"), nil }})
 	for _, path := range []string{"/v1/chat/completions", "/v1/query-process"} {

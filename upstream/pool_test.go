@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/internal/testnet"
 	"github.com/triage-gw/triage/upstream/policy"
 )
 
@@ -111,14 +111,11 @@ func replicaServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 	return srv
 }
 
-// deadURL is an address where nothing listens: connecting is refused.
+// deadURL is an address where nothing listens: connecting is refused, for the whole test
+// (the port stays reserved, so no parallel test's server can take it).
 func deadURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return "http://" + addr
+	return testnet.RefusedURL(t)
 }
 
 type poolFixture struct {
