@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/internal/testnet"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/upstream"
 )
@@ -296,6 +297,7 @@ func TestResponsesHomeReplicaDown(t *testing.T) {
 	s.responses.Put("resp-on-1", responseHome{Pool: "fast", Replica: "fast-1"})
 	s.responses.Put("resp-gone", responseHome{Pool: "fast", Replica: "fast-9"})
 	downSrv.srv.Close()
+	testnet.HoldPort(t, downSrv.srv.Listener.Addr().String())
 
 	// The first try meets a refused connection (nothing sent), the second an ejected replica:
 	// the same answer both times, naming the replica, never another replica's.

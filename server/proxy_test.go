@@ -193,6 +193,7 @@ func TestProxyErrorsMapToStatuses(t *testing.T) {
 	t.Run("unreachable replica is 502", func(t *testing.T) {
 		ts := startServer(t)
 		ts.fast.srv.Close()
+		testnet.HoldPort(t, ts.fast.srv.Listener.Addr().String())
 		resp, body := postJSON(t, ts.url+"/v1/chat/completions", chat)
 		require.Equal(t, http.StatusBadGateway, resp.StatusCode, string(body))
 		require.Equal(t, "upstream_error", *apiErr(t, body).Code)
