@@ -37,6 +37,21 @@ func newStagedModel() *stagedModel {
 	return &stagedModel{fakeModel: fakeModel{version: "v1", cutoff: 0.5}, band: classifier.Band{Lo: 0.1, Hi: 0.9}}
 }
 
+// holdEncoder makes m's encoder wait on every text that contains "hold" until the returned
+// function is called (once or more).
+func holdEncoder(m *stagedModel) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	m.encode = func(texts []string) {
+		for _, tx := range texts {
+			if strings.Contains(tx, "hold") {
+				<-ch
+			}
+		}
+	}
+	return func() { once.Do(func() { close(ch) }) }
+}
+
 func (m *stagedModel) Tokenize(text string) (classifier.Tokens, error) {
 	m.tokenize.Add(1)
 	if strings.TrimSpace(text) == "" {
@@ -233,14 +248,7 @@ func TestBandNarrowsWithTheQueue(t *testing.T) {
 // that result is not cached: once the queue is gone the same text goes to the encoder.
 func TestCascadeUnderLoadDecidesMoreAndCachesNothingExtra(t *testing.T) {
 	m := newStagedModel()
-	release := make(chan struct{})
-	m.encode = func(texts []string) {
-		for _, tx := range texts {
-			if strings.Contains(tx, "hold") {
-				<-release
-			}
-		}
-	}
+	release := holdEncoder(m)
 	cfg := testConfig()
 	cfg.Cascade.NarrowFrom, cfg.Cascade.NarrowTo = 0, 4
 	cfg.Batcher.MaxBatch = 1
@@ -260,7 +268,7 @@ func TestCascadeUnderLoadDecidesMoreAndCachesNothingExtra(t *testing.T) {
 	require.Equal(t, classifier.StageStatic, rt.Stage, "band collapsed to its centre: the first stage decides")
 	require.InDelta(t, 0.3, rt.PSlow, 1e-6)
 
-	close(release)
+	release()
 	wg.Wait()
 	r.WaitCache()
 	rt, err = r.Preview(ctx, text)
@@ -275,19 +283,12 @@ func TestCascadeUnderLoadDecidesMoreAndCachesNothingExtra(t *testing.T) {
 // routing.fallback, and not cached.
 func TestInBandScoreDecidesWhenTheEncoderFails(t *testing.T) {
 	m := newStagedModel()
-	release := make(chan struct{})
-	m.encode = func(texts []string) {
-		for _, tx := range texts {
-			if strings.Contains(tx, "hold") {
-				<-release
-			}
-		}
-	}
+	release := holdEncoder(m)
 	cfg := testConfig()
 	cfg.Cascade.NarrowTo = 0
 	cfg.Routing.ClassifyBudget = 30 * time.Millisecond
 	r := startRouter(t, cfg, m)
-	defer close(release)
+	defer release()
 
 	const text = "hold this s=0.7 p=0.2"
 	rt, err := r.Route(context.Background(), text)
@@ -331,16 +332,7 @@ var _ InBandScorer = (*inBandModel)(nil)
 // inside it at an idle gateway is the encoder's.
 func TestInBandHeadDecidesWhatTheBandLeavesUnderLoad(t *testing.T) {
 	m := &inBandModel{stagedModel: newStagedModel()}
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	m.encode = func(texts []string) {
-		for _, tx := range texts {
-			if strings.Contains(tx, "hold") {
-				<-release
-			}
-		}
-	}
+	unblock := holdEncoder(m.stagedModel)
 	cfg := testConfig()
 	cfg.Cascade.NarrowFrom, cfg.Cascade.NarrowTo = 0, 4
 	cfg.Batcher.MaxBatch = 1
