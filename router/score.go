@@ -312,6 +312,12 @@ func (r *Router) submit(ctx context.Context, text string, budget time.Duration) 
 		defer r.tokens.Delete(text)
 		return r.batch.SubmitTimed(ctx, text)
 	}
+	if err := ctx.Err(); err != nil {
+		// A caller already gone starts nothing, as without a budget. Otherwise a fast answer
+		// and ctx.Done would both be ready below, and the caller could get either.
+		r.tokens.Delete(text)
+		return scored{}, batcher.Timing{}, err
+	}
 	type reply struct {
 		s   scored
 		t   batcher.Timing
