@@ -6,6 +6,7 @@ engine-core child), pinned to one core with VLLM_CPU_OMP_THREADS_BIND, with a sm
 that a few concurrent requests move vllm:kv_cache_usage_perc. Nothing is skipped when the engine
 is missing: start() fails with the reason and the log's tail.
 """
+import contextlib
 import json
 import os
 import signal
@@ -165,12 +166,53 @@ class Engine:
         m = self.metrics("vllm:")
         return tuple(sum(v for _, v in m.get(name, [])) for name in names)
 
+    def core_pids(self):
+        """The processes under the API server (vLLM's engine core, which runs the model, and any
+        helper it spawned), from /proc."""
+        children = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue  # gone meanwhile
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+            children.setdefault(ppid, []).append(int(entry))
+        out, todo = [], [self.proc.pid]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                out.append(child)
+                todo.append(child)
+        return out
+
     def log_tail(self, lines=40):
         try:
             text = self.log_path.read_text(errors="replace").splitlines()
         except OSError as e:
             return f"(no log: {e})"
         return f"--- last {min(lines, len(text))} lines of {self.log_path} ---\n" + "\n".join(text[-lines:])
+
+
+@contextlib.contextmanager
+def frozen(engines):
+    """Stops the engines' engine cores (SIGSTOP) for the with block and continues them after.
+    Each API server keeps answering, /metrics and /health included, and its gauges hold the
+    values of the core's last step: a load state that stands still long enough for a scraper
+    and a test to read the same numbers, however fast or slow the machine. Requests in flight
+    just wait."""
+    pids = [pid for e in engines for pid in e.core_pids()]
+    assert pids, "no engine-core process under the engines' API servers"
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 def start_engines(n, prefix="vllm", **kw):
