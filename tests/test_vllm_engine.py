@@ -488,17 +488,20 @@ def test_killed_engine_costs_no_unstarted_request(round_robin_gateway, engines):
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(call, i) for i in range(24)]
         # Kill while the victim holds a request (the gateway's own count), so the kill hits one.
-        # The count is read once per round: read again, it may already be 0 (CI saw a request
-        # end between the two reads), and the kill must follow the reading at once.
+        # Each look is taken with the victim frozen (engines.frozen): a request it holds then
+        # cannot end before the kill (CI saw one end between a reading and the kill that followed).
         deadline, held = time.monotonic() + 60, 0
-        while held == 0 and time.monotonic() < deadline:
-            held = victim_in_flight()
-            if held == 0:
-                time.sleep(0.05)
+        while time.monotonic() < deadline:
+            with frozen([victim]):
+                time.sleep(0.3)  # an answer already on its way from the victim's core gets out
+                held = victim_in_flight()
+                if held:
+                    victim.kill()
+                    break
+            time.sleep(0.05)
         assert held > 0, "no request reached the victim to be cut: " + str(
             {n: gateway.values(n) for n in ("triage_upstream_inflight", "triage_upstream_scraped_kv_cache_usage_ratio",
                                             "triage_upstream_scraped_running_requests", "triage_upstream_replica_healthy")})
-        victim.kill()
         results = [f.exception(timeout=300) or f.result() for f in futures]
     failed = [r for r in results if isinstance(r, BaseException)]
     assert not failed, f"{len(failed)} of {len(results)} failed: {failed[:3]}"
