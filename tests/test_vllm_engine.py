@@ -314,9 +314,9 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
     The engines are frozen mid-burst (engines.frozen: their cores stopped, their API servers
     still answering) so that an engine's /metrics and the gateway's latest scrape of it describe
     the same moment, and must agree exactly. Compared while the engines run, the two readings
-    are seconds apart on a busy core, and on a fast machine a burst moves the KV use by tens of
-    points in that time (CI read 0.26 from an engine and 0.88 from the gateway a moment later):
-    such a check held only within a loose tolerance, by luck of timing."""
+    are seconds apart on a busy core, and in that time a burst can move the KV use by tens of
+    points (CI read 0.26 from an engine and 0.88 from the gateway a moment later): such a check
+    held only within a loose tolerance, by luck of timing."""
     # 4 x (~900 + 3,000) tokens, prompts unshared (the index comes first): ~490 of the 512
     # blocks even if every request lands on one engine (least-kv-cache sends a burst within one
     # scrape interval to the same replica), so none is preempted, and each holds ~6% of a cache
