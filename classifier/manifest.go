@@ -81,10 +81,22 @@ type StaticManifest struct {
 	// to the first stage after all: it reads the static vector, the same pooling
 	// over the text's first k kept pieces ("first<k>_mean_l2") and has_context.
 	// Without it such texts are decided on the head above.
-	InBandHeadFile   string    `json:"in_band_head_file,omitempty"`
-	InBandHeadSHA256 string    `json:"in_band_head_sha256,omitempty"`
-	InBandFeatures   []string  `json:"in_band_features,omitempty"`
-	Band             []float64 `json:"band"` // [lo, hi]
+	InBandHeadFile   string   `json:"in_band_head_file,omitempty"`
+	InBandHeadSHA256 string   `json:"in_band_head_sha256,omitempty"`
+	InBandFeatures   []string `json:"in_band_features,omitempty"`
+	// LongHeadFile (format 4, optional) is a third logistic head, same JSON form and the
+	// static head's features (LongFeatures), for long texts without a context: a text with no
+	// instruction/context separator and more than LongAfter kept pieces (pieces the static
+	// vector reads) is scored on it (inside the band the in-band head still decides, when
+	// the first stage must). The head above learnt long text only as contexts, behind
+	// has_context, and is unsure of a long prompt without one.
+	LongHeadFile   string   `json:"long_head_file,omitempty"`
+	LongHeadSHA256 string   `json:"long_head_sha256,omitempty"`
+	LongFeatures   []string `json:"long_features,omitempty"`
+	LongAfter      int      `json:"long_after,omitempty"`
+	// Band is [lo, hi], for every head of the first stage (the notebook's band rule is run
+	// on the first stage with its long head).
+	Band []float64 `json:"band"`
 	// DistilledFrom names the encoder the table was distilled from; it must be
 	// the manifest's encoder (a table from another encoder is refused).
 	DistilledFrom struct {
@@ -125,8 +137,9 @@ const (
 	formatV1 = 1 // the first format; also an absent format_version
 	formatV2 = 2 // static.pooling "weighted_mean" with static.weights_file
 	formatV3 = 3 // static.in_band_head_file: the first stage's head for the texts inside its band
+	formatV4 = 4 // static.long_head_file: the first stage's head for long texts without a context
 	// FormatLatest is the newest manifest format this build reads and the one the notebook writes.
-	FormatLatest = formatV3
+	FormatLatest = formatV4
 )
 
 func (m *Manifest) validate() error {

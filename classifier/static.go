@@ -64,6 +64,15 @@ type Static struct {
 	drop       []uint32 // ids left out of the mean ([CLS], [SEP])
 	band       Band
 	inBand     *inBandHead // nil: the manifest has none
+	long       *longHead   // nil: the manifest has none
+}
+
+// longHead is the manifest's long head: the static head's features (dim weights, then
+// has_context's, 0 when unused), for a text without a context and more than after kept pieces.
+type longHead struct {
+	w     []float32
+	bias  float32
+	after int
 }
 
 // inBandHead is the manifest's in-band head: dim weights for the static vector,
@@ -154,6 +163,17 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 			return nil, nil, err
 		}
 		s.inBand = ib
+		shas = append(shas, sha)
+	}
+	if sm.LongHeadFile != "" {
+		h, sha, err := readHead("static long head", filepath.Join(dir, sm.LongHeadFile), sm.LongHeadSHA256, sm.LongFeatures, sm.Dim)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.long = &longHead{w: h.Weights, bias: *h.Bias, after: sm.LongAfter}
+		if !slices.Contains(h.Features, FeatureHasContext) {
+			s.long.w = append(s.long.w, 0)
+		}
 		shas = append(shas, sha)
 	}
 	return s, shas, nil
@@ -266,15 +286,37 @@ func (s *Static) Band() Band { return s.band }
 // float32 sums in token order (each row times its piece weight under
 // weighted_mean), divided by the count (or the sum of the weights), an L2
 // norm in float64, then a float64 dot product. A text whose kept pieces all
-// weigh 0 has no vector: the bias and has_context alone decide it.
+// weigh 0 has no vector: the bias and has_context alone decide it. With a
+// long head, a text without a context and with more kept pieces than its
+// long_after is scored on it instead of the static head.
 func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 	v := make([]float32, s.dim)
-	if err := s.embed(ids, 0, v); err != nil {
+	kept, err := s.embed(ids, 0, v)
+	if err != nil {
 		return 0, err
 	}
-	z := float64(s.bias) + float64(s.w[s.dim])*float64(HasContext(ids, sep)) + dot(s.w[:s.dim], v)
-	return float32(1 / (1 + math.Exp(-z))), nil
+	hc := HasContext(ids, sep)
+	if s.isLong(kept, hc) {
+		return logistic(s.long.w, s.long.bias, hc, v), nil
+	}
+	return logistic(s.w, s.bias, hc, v), nil
 }
+
+// isLong reports whether a text with kept pieces and has_context hc is the long head's.
+func (s *Static) isLong(kept int, hc float32) bool {
+	return s.long != nil && hc == 0 && kept > s.long.after
+}
+
+// logistic is the sigmoid of w's dot product with v (dim values) and has_context hc (w's
+// last weight), plus bias.
+func logistic(w []float32, bias, hc float32, v []float32) float32 {
+	z := float64(bias) + float64(w[len(v)])*float64(hc) + dot(w[:len(v)], v)
+	return float32(1 / (1 + math.Exp(-z)))
+}
+
+// HasLongHead reports whether the model has a long head (Score uses it for long texts
+// without a context).
+func (s *Static) HasLongHead() bool { return s.long != nil }
 
 // HasInBandHead reports whether the model has an in-band head (ScoreInBand).
 func (s *Static) HasInBandHead() bool { return s.inBand != nil }
@@ -282,16 +324,18 @@ func (s *Static) HasInBandHead() bool { return s.inBand != nil }
 // ScoreInBand is P(slow) from the in-band head, for a text inside the band that the
 // first stage must decide after all (load, a failed encoder): the static vector as in
 // Score, the same pooling over the text's first k kept pieces, has_context; the notebook's
-// in_band_p_ref. Without an in-band head it is Score. Two dim-sized scratch vectors.
+// in_band_p_ref. Without an in-band head it is Score. It decides a text the long head
+// scores too: inside the band it was right more often on the test split than the long head
+// (docs/classifier.md). Two dim-sized scratch vectors.
 func (s *Static) ScoreInBand(ids []uint32, sep uint32) (float32, error) {
 	if s.inBand == nil {
 		return s.Score(ids, sep)
 	}
 	v, f := make([]float32, s.dim), make([]float32, s.dim)
-	if err := s.embed(ids, 0, v); err != nil {
+	if _, err := s.embed(ids, 0, v); err != nil {
 		return 0, err
 	}
-	if err := s.embed(ids, s.inBand.k, f); err != nil {
+	if _, err := s.embed(ids, s.inBand.k, f); err != nil {
 		return 0, err
 	}
 	w := s.inBand.w
@@ -301,10 +345,10 @@ func (s *Static) ScoreInBand(ids []uint32, sep uint32) (float32, error) {
 }
 
 // embed writes into acc (dim values, zeroed) the L2-normalised (weighted) mean of
-// the rows of ids' kept pieces: all of them, or the first limit when limit > 0. A
-// piece is kept unless it is dropped ([CLS], [SEP]) or weighs 0. acc stays zero when
-// none is kept.
-func (s *Static) embed(ids []uint32, limit int, acc []float32) error {
+// the rows of ids' kept pieces: all of them, or the first limit when limit > 0, and
+// returns how many it read. A piece is kept unless it is dropped ([CLS], [SEP]) or
+// weighs 0. acc stays zero when none is kept.
+func (s *Static) embed(ids []uint32, limit int, acc []float32) (int, error) {
 	var total float32
 	kept := 0
 	for _, id := range ids {
@@ -312,7 +356,7 @@ func (s *Static) embed(ids []uint32, limit int, acc []float32) error {
 			continue
 		}
 		if int(id) >= s.vocab {
-			return fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
+			return 0, fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
 		}
 		wt := float32(1)
 		if s.pw != nil {
@@ -343,7 +387,7 @@ func (s *Static) embed(ids []uint32, limit int, acc []float32) error {
 		}
 	}
 	if total == 0 {
-		return nil
+		return kept, nil
 	}
 	var norm float64
 	for j := range acc {
@@ -356,7 +400,7 @@ func (s *Static) embed(ids []uint32, limit int, acc []float32) error {
 			acc[j] = v * scale
 		}
 	}
-	return nil
+	return kept, nil
 }
 
 // dot is the float64 dot product of w and v (same length).
@@ -448,6 +492,9 @@ func (sm *StaticManifest) validate(version int) error {
 	if sm.InBandHeadFile != "" || sm.InBandHeadSHA256 != "" || len(sm.InBandFeatures) > 0 {
 		errs = append(errs, sm.validateInBand(version))
 	}
+	if sm.LongHeadFile != "" || sm.LongHeadSHA256 != "" || len(sm.LongFeatures) > 0 || sm.LongAfter != 0 {
+		errs = append(errs, sm.validateLong(version))
+	}
 	if len(sm.Band) != 2 {
 		errs = append(errs, fmt.Errorf("static.band: want [lo, hi], got %v", sm.Band))
 	} else if err := (Band{Lo: sm.Band[0], Hi: sm.Band[1]}).Validate(); err != nil {
@@ -473,4 +520,23 @@ func (sm *StaticManifest) validateInBand(version int) error {
 		return fmt.Errorf("static.in_band_features: want [%q, \"first<k>_mean_l2\" with k in [1, 64], %q (optional)], got %q", featStatic, FeatureHasContext, f)
 	}
 	return nil
+}
+
+// validateLong checks the long head's part of the static section.
+func (sm *StaticManifest) validateLong(version int) error {
+	if version < formatV4 {
+		return fmt.Errorf("static.long_head_file needs format_version %d, the manifest says %d", formatV4, version)
+	}
+	var errs []error
+	if sm.LongHeadFile == "" || sm.LongHeadSHA256 == "" {
+		errs = append(errs, errors.New("static.long_head_file and long_head_sha256: both or neither"))
+	}
+	f := sm.LongFeatures
+	if !(len(f) >= 1 && len(f) <= 2 && f[0] == featStatic && (len(f) == 1 || f[1] == FeatureHasContext)) {
+		errs = append(errs, fmt.Errorf("static.long_features: want [%q, %q (optional)], got %q", featStatic, FeatureHasContext, f))
+	}
+	if sm.LongAfter < 0 || sm.LongAfter > staticMaxID {
+		errs = append(errs, fmt.Errorf("static.long_after: must be in [0, %d], got %d", staticMaxID, sm.LongAfter))
+	}
+	return errors.Join(errs...)
 }

@@ -37,8 +37,12 @@ func TestShippedStaticStage(t *testing.T) {
 	if m.Static.InBandHeadFile != "" {
 		want = append(want, m.Static.InBandHeadSHA256)
 	}
+	if m.Static.LongHeadFile != "" {
+		want = append(want, m.Static.LongHeadSHA256)
+	}
 	require.Equal(t, want, shas)
 	require.Equal(t, m.Static.InBandHeadFile != "", s.HasInBandHead())
+	require.Equal(t, m.Static.LongHeadFile != "", s.HasLongHead())
 	require.Equal(t, m.Static.Vocab, s.Vocab())
 	b := s.Band()
 	require.Equal(t, Band{Lo: m.Static.Band[0], Hi: m.Static.Band[1]}, b)
@@ -129,6 +133,9 @@ func TestStaticTableFormats(t *testing.T) {
 				s["in_band_features"] = []string{featStatic, "first1_mean_l2", FeatureHasContext}
 				s["pooling"] = "mean" // every kept piece counts once
 				delete(s, "weights_file")
+				for _, k := range []string{"long_head_file", "long_head_sha256", "long_features", "long_after"} {
+					delete(s, k) // a format-4 field; the shipped long head is for 384 dims
+				}
 			})
 			s, _, err := loadStage(dir)
 			require.NoError(t, err)
@@ -244,9 +251,10 @@ func TestStaticWeightedMean(t *testing.T) {
 			s := m["static"].(map[string]any)
 			s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = formatFP32, 4, 2, []int{sep}
 			s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
-			delete(s, "in_band_head_file") // the shipped one is for 384 dims
-			delete(s, "in_band_head_sha256")
-			delete(s, "in_band_features")
+			for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features",
+				"long_head_file", "long_head_sha256", "long_features", "long_after"} {
+				delete(s, k) // the shipped heads are for 384 dims
+			}
 		})
 		return dir
 	}
@@ -275,6 +283,54 @@ func TestStaticWeightedMean(t *testing.T) {
 		p, err = s.ScoreInBand([]uint32{0, 1, sep}, sep) // first kept 0, row (1, 0)
 		require.NoError(t, err)
 		require.InDelta(t, 0.5, p, 1e-6)
+	})
+
+	// The long head scores a text without a context and with more than long_after kept
+	// pieces (a piece of weight 0 is not counted); every other text is the static head's.
+	// Inside the band the in-band head decides every text.
+	t.Run("long head", func(t *testing.T) {
+		dir := setup(t)
+		writePieceWeights(t, dir, []float32{3, 1, 0, 1})
+		lh, err := json.Marshal(map[string]any{"features": []string{featStatic, FeatureHasContext},
+			"weights": []float32{-2, 0, 7}, "bias": 1})
+		require.NoError(t, err)
+		ib, err := json.Marshal(map[string]any{"features": []string{featStatic, "first1_mean_l2"},
+			"weights": []float32{0, 0, 0, 1}, "bias": 0})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_head.json"), lh, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_in_band_head.json"), ib, 0o644))
+		editManifest(t, dir, func(m map[string]any) {
+			s := m["static"].(map[string]any)
+			s["long_head_file"], s["long_head_sha256"] = "static_long_head.json", sha256Hex(lh)
+			s["long_features"], s["long_after"] = []string{featStatic, FeatureHasContext}, 2
+			s["in_band_head_file"], s["in_band_head_sha256"] = "static_in_band_head.json", sha256Hex(ib)
+			s["in_band_features"] = []string{featStatic, "first1_mean_l2"}
+		})
+		s, shas, err := loadStage(dir)
+		require.NoError(t, err)
+		require.True(t, s.HasLongHead())
+		require.Len(t, shas, 5, "table, head, weights, in-band head, long head")
+		// Pieces 0 (×3), 0 (×3), 1 (×1): sum (6, 2), unit (3, 1)/√10.
+		long := sigmoid(1 - 2*3/math.Sqrt(10))
+		for _, ids := range [][]uint32{{0, 0, 1, sep}, {0, 2, 0, 2, 1, sep}} {
+			p, err := s.Score(ids, sep)
+			require.NoError(t, err)
+			require.InDeltaf(t, long, p, 1e-6, "%v: 3 kept pieces, no context: the long head", ids)
+			p, err = s.ScoreInBand(ids, sep)
+			require.NoError(t, err)
+			require.InDeltaf(t, 0.5, p, 1e-6, "%v: inside the band the in-band head decides (first kept piece 0 reads 0)", ids)
+		}
+		// Two kept pieces (weight-0 piece 2 not counted): the static head, and the in-band head.
+		p, err := s.Score([]uint32{0, 2, 2, 1, sep}, sep)
+		require.NoError(t, err)
+		require.InDelta(t, sigmoid(0.25+(3-2)/math.Sqrt(13)), p, 1e-6)
+		p, err = s.ScoreInBand([]uint32{0, 2, 2, 1, sep}, sep)
+		require.NoError(t, err)
+		require.InDelta(t, 0.5, p, 1e-6, "first kept piece 0, row (1, 0): the in-band head reads 0")
+		// Three kept pieces with a context: the static head.
+		p, err = s.Score([]uint32{0, 0, sep, 1, sep}, sep)
+		require.NoError(t, err)
+		require.InDelta(t, sigmoid(0.25+(3-1)/math.Sqrt(10)+0.5), p, 1e-6)
 	})
 
 	dir := setup(t)
@@ -316,8 +372,9 @@ func TestManifestFormatVersions(t *testing.T) {
 	editManifest(t, dir, func(m map[string]any) {
 		delete(m, "format_version")
 		s := m["static"].(map[string]any)
-		for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features"} {
-			delete(s, k) // a format-3 field
+		for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features",
+			"long_head_file", "long_head_sha256", "long_features", "long_after"} {
+			delete(s, k) // a format-3 or -4 field
 		}
 		if s["pooling"] == "weighted_mean" {
 			// The shipped model weighs its pieces; as format 1 it is the same table with a plain mean.
@@ -329,10 +386,10 @@ func TestManifestFormatVersions(t *testing.T) {
 	_, _, err := loadStage(dir)
 	require.NoError(t, err, "a format-1 manifest still loads")
 
-	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 4 })
+	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 5 })
 	_, err = LoadManifest(dir)
-	require.ErrorContains(t, err, "format_version 4")
-	require.ErrorContains(t, err, "formats 1 to 3")
+	require.ErrorContains(t, err, "format_version 5")
+	require.ErrorContains(t, err, "formats 1 to 4")
 
 	editManifest(t, dir, func(m map[string]any) {
 		delete(m, "format_version")
@@ -349,6 +406,26 @@ func TestManifestFormatVersions(t *testing.T) {
 	})
 	_, err = LoadManifest(dir)
 	require.ErrorContains(t, err, "static.in_band_head_file needs format_version 3")
+
+	editManifest(t, dir, func(m map[string]any) {
+		m["format_version"] = 3
+		s := m["static"].(map[string]any)
+		s["long_head_file"], s["long_head_sha256"] = "static_long_head.json", "00"
+		s["long_features"], s["long_after"] = []string{"static_mean_l2", "has_context"}, 32
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "static.long_head_file needs format_version 4")
+
+	editManifest(t, dir, func(m map[string]any) {
+		m["format_version"] = 4
+		s := m["static"].(map[string]any)
+		s["long_features"], s["long_after"] = []string{"first3_mean_l2"}, -1
+		delete(s, "long_head_sha256")
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "static.long_head_file and long_head_sha256: both or neither")
+	require.ErrorContains(t, err, "static.long_features")
+	require.ErrorContains(t, err, "static.long_after: must be in [0")
 }
 
 func TestPieceWeightErrors(t *testing.T) {

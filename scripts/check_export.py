@@ -34,6 +34,10 @@ def main(d):
             files.append((s["in_band_head_file"], s.get("in_band_head_sha256", "")))
             if m.get("format_version", 1) < 3:
                 failures.append("static.in_band_head_file needs format_version 3")
+        if s.get("long_head_file"):
+            files.append((s["long_head_file"], s.get("long_head_sha256", "")))
+            if m.get("format_version", 1) < 4:
+                failures.append("static.long_head_file needs format_version 4")
         lo, hi = s["band"]
         if not (0 <= lo <= hi <= 1):
             failures.append(f"band {s['band']} invalid")
@@ -47,6 +51,8 @@ def main(d):
         failures.append("parity.jsonl lacks p_slow/p_static")
     if s is not None and s.get("in_band_head_file") and any("p_static_in_band" not in r for r in rows):
         failures.append("parity.jsonl lacks p_static_in_band")
+    if s is not None and s.get("long_head_file") and any("static_long" not in r for r in rows):
+        failures.append("parity.jsonl lacks static_long")
     met = json.load(open(d / "metrics.json"))
     for k, r in met.get("static", {}).get("test", {}).items():
         print(f"{k}: accuracy {r['accuracy']:.4f}, static share {r['static_share_texts']:.3f}, "

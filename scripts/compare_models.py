@@ -14,7 +14,7 @@ tolerance rather than by sha256: int8 values may differ by one quantisation
 step (a rounding flip) in at most 0.1% of the entries, per-row scales by 1e-4
 relative; float tables by 1e-4 absolute. On top of that: the same band, pooling
 and piece weights (they follow from the vocabulary alone: byte for byte), static
-parity probabilities (both static heads) within 1e-4, static test metrics within 0.5 points, and the
+parity probabilities (every static head) within 1e-4, the same parity texts on the long head, static test metrics within 0.5 points, and the
 share decided statically and the agreement with MiniLM on the noisy prompts
 within 2 points (600 texts per set or fewer: one text is 0.17 points).
 """
@@ -42,9 +42,10 @@ def check_static(a, b, failures):
     if sa is None or sb is None:
         failures.append(f"static stage: committed has {'one' if sa else 'none'}, fresh has {'one' if sb else 'none'}")
         return
-    for k in ["table_format", "vocab", "dim", "drop_ids", "features", "band", "pooling", "weights_sha256", "in_band_features"]:
+    for k in ["table_format", "vocab", "dim", "drop_ids", "features", "band", "pooling", "weights_sha256", "in_band_features",
+              "long_features", "long_after"]:
         if sa.get(k) != sb.get(k):
-            failures.append(f"static.{k}: committed {sa[k]}, fresh {sb[k]}")
+            failures.append(f"static.{k}: committed {sa.get(k)}, fresh {sb.get(k)}")
     if failures:
         return
     print(f"static: {sa['table_format']} table {sa['vocab']}x{sa['dim']}, band {sa['band']} in both"
@@ -76,6 +77,16 @@ def check_static(a, b, failures):
             print(f"  in-band head parity: max |committed - fresh| = {worst_ib:.2e}")
             if worst_ib > 1e-4:
                 failures.append(f"in-band head parity P(slow) differs by {worst_ib:.2e} > 1e-4")
+    if sa.get("long_head_file"):
+        # The long head's P(slow) is in p_static; which texts it scores follows from the
+        # tokenizer and the piece weights alone, so it must be the same texts.
+        la, lb = [x.get("static_long") for x in pa], [y.get("static_long") for y in pb]
+        if None in la or None in lb:
+            failures.append("parity: static_long missing (the manifest names a long head)")
+        elif la != lb:
+            failures.append(f"parity: the long head scores {sum(la)} texts committed, {sum(lb)} fresh, not the same ones")
+        else:
+            print(f"  long head: the same {sum(la)} parity texts in both")
     ma = json.load(open(a / "metrics.json"))["static"]["test"]
     mb = json.load(open(b / "metrics.json"))["static"]["test"]
     for model in ma:

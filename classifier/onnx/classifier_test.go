@@ -25,6 +25,8 @@ type parityRow struct {
 	PStatic  *float64 `json:"p_static"`
 	// PInBand is the notebook's in-band head (in_band_p_ref), for a model that has one.
 	PInBand *float64 `json:"p_static_in_band"`
+	// StaticLong is true for a text the notebook's long head scores, for a model that has one.
+	StaticLong *bool `json:"static_long"`
 }
 
 func loadParity(t *testing.T, variant string) []parityRow {

@@ -18,7 +18,7 @@ import (
 
 // TestStaticParity runs every text of the parity file through Tokenize,
 // StaticScore and InBandScore: P(slow) must match the notebook's static stage
-// and its in-band head to 1e-5. The
+// (its long head included) and its in-band head to 1e-5. The
 // file holds prompts with reference tags and URLs ("noise") and texts whose
 // pieces all weigh 0, so the piece weights are checked as well as the mean.
 func TestStaticParity(t *testing.T) {
@@ -29,6 +29,19 @@ func TestStaticParity(t *testing.T) {
 		cats[r.Category]++
 	}
 	require.Positive(t, cats["noise"], "parity file lacks noisy prompts (re-run the notebook)")
+	// A model with a long head: the file holds texts on both sides of its gate, so a Go gate
+	// that picked the other head for one of them would give the other head's P(slow).
+	if m := c.Manifest(); m.Static != nil && m.Static.LongHeadFile != "" {
+		long := 0
+		for i, r := range rows {
+			require.NotNilf(t, r.StaticLong, "row %d: parity file has no static_long (re-run the notebook)", i)
+			if *r.StaticLong {
+				long++
+			}
+		}
+		require.GreaterOrEqual(t, long, 20, "parity texts the long head scores")
+		require.GreaterOrEqual(t, len(rows)-long, 300, "parity texts the static head scores")
+	}
 	var worst, worstIB float64
 	for i, row := range rows {
 		require.NotNilf(t, row.PStatic, "row %d: parity file has no p_static (re-run the notebook)", i)

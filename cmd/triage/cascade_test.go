@@ -133,3 +133,52 @@ func TestCascadeWithTheRealModel(t *testing.T) {
 	}
 	require.EqualValues(t, 2, m.tokenize.Load(), "hits do not tokenize")
 }
+
+// TestLongHeadThroughTheGateway: the parity texts the notebook's long head scores (long,
+// without a context) get its P(slow) through the gateway, and those outside the band are
+// decided by the first stage without the encoder: the gate and the head are the notebook's
+// end to end.
+func TestLongHeadThroughTheGateway(t *testing.T) {
+	c, err := onnx.New(testClassifierConfig(classifier.DefaultConfig()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	m := &countingModel{Classifier: c}
+	band, ok := m.Band()
+	require.True(t, ok)
+	require.NotEmpty(t, c.Manifest().Static.LongHeadFile, "the shipped model has a long head")
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	_, rt := startGatewayWith(t, cfg, func() (router.Model, error) { return m, nil })
+
+	f, err := os.Open(filepath.Join("..", "..", "models", "parity.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	var long, decided int
+	for sc.Scan() {
+		var r struct {
+			Text       string
+			PStatic    float64 `json:"p_static"`
+			StaticLong bool    `json:"static_long"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		if !r.StaticLong || r.Text != router.Input(r.Text, "") {
+			continue
+		}
+		long++
+		res, err := rt.Preview(context.Background(), r.Text)
+		require.NoError(t, err)
+		if band.Decides(float32(r.PStatic)) {
+			decided++
+			require.Equal(t, classifier.StageStatic, res.Stage)
+			require.InDeltaf(t, r.PStatic, res.PSlow, 1e-5, "%.60q", r.Text)
+		} else {
+			require.Equal(t, classifier.StageEncoder, res.Stage)
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.GreaterOrEqual(t, long, 20)
+	require.Positive(t, decided, "some long texts are decided by the first stage")
+	t.Logf("%d parity texts on the long head, %d decided by it", long, decided)
+}
