@@ -33,10 +33,11 @@ def fmt(instruction, context):
 
 
 class Row:
-    __slots__ = ("instruction", "context", "category", "label", "line")
+    __slots__ = ("instruction", "context", "category", "label", "line", "response")
 
-    def __init__(self, instruction, context, category, label, line):
+    def __init__(self, instruction, context, category, label, line, response=""):
         self.instruction, self.context, self.category, self.label, self.line = instruction, context, category, label, line
+        self.response = response
 
     @property
     def text(self):
@@ -50,7 +51,7 @@ def load_dolly(path):
         for n, line in enumerate(f, 1):
             r = json.loads(line)
             cat = r["category"]
-            row = Row(r["instruction"], r.get("context") or "", cat, DOLLY_LABELS.get(cat), n)
+            row = Row(r["instruction"], r.get("context") or "", cat, DOLLY_LABELS.get(cat), n, r.get("response") or "")
             (target if cat in DOLLY_LABELS else other).append(row)
     return target, other
 
