@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/triage-gw/triage/classifier"
@@ -162,10 +163,18 @@ func BenchmarkStatic(b *testing.B) {
 	if len(long) < 32 {
 		b.Fatalf("only %d texts of %d tokens", len(long), c.Manifest().Encoder.MaxTokens)
 	}
+	// The same long rows' contexts as prompts of their own: no context, long, so a model
+	// with a long head scores them on it (the other sets are the static head's).
+	noCtx := make([]string, 0, len(long))
+	for _, t := range long {
+		if _, ctx, ok := strings.Cut(t, classifier.Separator); ok {
+			noCtx = append(noCtx, classifier.FormatInput(ctx, ""))
+		}
+	}
 	for _, set := range []struct {
 		name  string
 		texts []string
-	}{{"dolly", dolly}, {"tokens=256", long}} {
+	}{{"dolly", dolly}, {"tokens=256", long}, {"no-context", noCtx}} {
 		toks := make([]classifier.Tokens, len(set.texts))
 		nTok := 0
 		for i, t := range set.texts {
