@@ -149,10 +149,7 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s.w, s.bias = h.Weights, *h.Bias
-	if !slices.Contains(sm.Features, FeatureHasContext) {
-		s.w = append(s.w, 0) // has_context unused: weight 0 keeps score's arithmetic uniform
-	}
+	s.w, s.bias = h.weights(), *h.Bias
 	shas := []string{tableSHA, headSHA}
 	if weightsSHA != "" {
 		shas = append(shas, weightsSHA)
@@ -170,13 +167,19 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		s.long = &longHead{w: h.Weights, bias: *h.Bias, after: sm.LongAfter}
-		if !slices.Contains(h.Features, FeatureHasContext) {
-			s.long.w = append(s.long.w, 0)
-		}
+		s.long = &longHead{w: h.weights(), bias: *h.Bias, after: sm.LongAfter}
 		shas = append(shas, sha)
 	}
 	return s, shas, nil
+}
+
+// weights is the head's weights with has_context's last: 0 when the head does not read
+// it, which keeps the scoring arithmetic uniform.
+func (h staticHead) weights() []float32 {
+	if slices.Contains(h.Features, FeatureHasContext) {
+		return h.Weights
+	}
+	return append(h.Weights, 0)
 }
 
 // readHead reads a head file (what names it in errors), checked against the manifest's
@@ -210,11 +213,7 @@ func loadInBandHead(dir string, sm *StaticManifest) (*inBandHead, string, error)
 		return nil, "", err
 	}
 	k, _ := firstKFeature(h.Features[1]) // validate checked the order and the name
-	ib := &inBandHead{w: h.Weights, bias: *h.Bias, k: k}
-	if !slices.Contains(h.Features, FeatureHasContext) {
-		ib.w = append(ib.w, 0)
-	}
-	return ib, sha, nil
+	return &inBandHead{w: h.weights(), bias: *h.Bias, k: k}, sha, nil
 }
 
 // firstKFeature parses the in-band head's "first<k>_mean_l2": the pooled vector of a
