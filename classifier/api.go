@@ -68,16 +68,17 @@ func FormatInput(instruction, context string) string {
 	return instruction + Separator + context
 }
 
-// FilterInput applies FilterNoise to the instruction of text, an input built by
+// FilterInput applies filter (FilterNoise, or the one a model's manifest names: TextFilter)
+// to the instruction of text, an input built by
 // FormatInput (and whitespace-normalised): the part before the first Separator, or
 // all of it when there is none. The context is left as it is: it is a document the
 // request carries, and whether there is one (has_context) is what the heads read
 // from it. The training notebook filters the instruction before joining (its fmt),
 // which is the same text unless the instruction itself holds a literal " [SEP] ".
 // text is returned as it is when nothing is dropped.
-func FilterInput(text string) string {
+func FilterInput(text string, filter func(string) string) string {
 	instruction, context, found := strings.Cut(text, Separator)
-	f := strings.TrimSpace(FilterNoise(instruction))
+	f := strings.TrimSpace(filter(instruction))
 	if f == instruction {
 		return text
 	}

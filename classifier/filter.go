@@ -1,18 +1,40 @@
 package classifier
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
-// NoiseFilter names the noise filter FilterNoise implements, as a model's manifest records
-// the filter its heads were trained behind (text_filter).
-const NoiseFilter = "noise_words_v1"
+// The noise filters a model's manifest may name as the one its heads were trained behind
+// (text_filter). NoiseFilter is FilterNoise, the one the training notebook exports;
+// NoiseFilterV1 is FilterNoiseV1, for models exported before the trailer rule.
+const (
+	NoiseFilter   = "noise_words_v2"
+	NoiseFilterV1 = "noise_words_v1"
+)
+
+// TextFilter returns the filter a manifest's text_filter names: nil for none (""), an
+// error for a name this build does not know.
+func TextFilter(name string) (func(string) string, error) {
+	switch name {
+	case "":
+		return nil, nil
+	case NoiseFilter:
+		return FilterNoise, nil
+	case NoiseFilterV1:
+		return FilterNoiseV1, nil
+	}
+	return nil, fmt.Errorf("this build of Triage applies %q or %q, got %q", NoiseFilter, NoiseFilterV1, name)
+}
 
 // groupMax is the most words a bracketed tag may span, its opening and closing words
 // included.
 const groupMax = 8
+
+// trailerKept is the most kept words a trailer may hold (see FilterNoise).
+const trailerKept = 3
 
 // FilterNoise drops the words of s that carry nothing for the fast/slow decision and
 // returns the rest. The training notebook's
@@ -31,6 +53,16 @@ const groupMax = 8
 // words that closes it (its end, before trailing ".,;:!?"), when the group holds at least
 // one noise word and at most one other word (a label such as "ref" or "build").
 //
+// A trailer goes too: the words after the text's last sentence, when they are at most
+// groupMax (as long as a bracketed tag may be) and the rules above drop at least one of
+// them and keep at most trailerKept (3). That is the label left beside an
+// identifier an application appended: "... in Paris? order 123456789", "... this. [build
+// 3fa9b2c] ERROR at line 42", "... uuid d9653b8f-...". The last sentence ends at the last
+// word, other than the text's final one, that the rules above keep and that ends with '?',
+// '!' or '.' once closing quotes and brackets (" ' ) ] and U+201D, U+2019) are trimmed from
+// it; a '.' ends one only after at least 4 runes holding no other '.', so "vs.", "No.",
+// "U.S." and "e.g." do not. A text without such an ending has no trailer.
+//
 // Kept words are byte-identical, joined by one ASCII space: the tokenizer splits on
 // whitespace, so their word pieces are those of the original spacing. When no word is
 // dropped s is returned as it is (no allocation), and when every word would be, too: a
@@ -39,7 +71,13 @@ const groupMax = 8
 //
 // The consequence for the cache is intended: the same instruction with another ticket
 // number, reference tag or URL is the same classifier input, one cache entry.
-func FilterNoise(s string) string {
+func FilterNoise(s string) string { return filterNoise(s, true) }
+
+// FilterNoiseV1 is FilterNoise without the trailer rule: the filter a model whose manifest
+// names NoiseFilterV1 was trained behind.
+func FilterNoiseV1(s string) string { return filterNoise(s, false) }
+
+func filterNoise(s string, trailer bool) string {
 	var buf [64]wordSpan
 	words := splitWords(s, buf[:0])
 	dropped := 0
@@ -77,6 +115,9 @@ func FilterNoise(s string) string {
 			break
 		}
 	}
+	if trailer && dropped > 0 {
+		dropped += dropTrailer(s, words)
+	}
 	if dropped == 0 || dropped == len(words) {
 		return s
 	}
@@ -92,6 +133,54 @@ func FilterNoise(s string) string {
 		b.WriteString(s[w.lo:w.hi])
 	}
 	return b.String()
+}
+
+// dropTrailer marks the words after the last sentence of s dropped when they are a trailer
+// (see FilterNoise) and returns how many it newly marked.
+func dropTrailer(s string, words []wordSpan) int {
+	end := -1
+	for k := len(words) - 2; k >= 0; k-- {
+		if !words[k].drop && endsSentence(s[words[k].lo:words[k].hi]) {
+			end = k
+			break
+		}
+	}
+	if end < 0 || len(words)-end-1 > groupMax {
+		return 0
+	}
+	kept, anyDropped := 0, false
+	for _, w := range words[end+1:] {
+		if w.drop {
+			anyDropped = true
+		} else {
+			kept++
+		}
+	}
+	if !anyDropped || kept > trailerKept {
+		return 0
+	}
+	for k := end + 1; k < len(words); k++ {
+		words[k].drop = true
+	}
+	return kept
+}
+
+// endsSentence reports whether a word ends a sentence (see FilterNoise).
+func endsSentence(w string) bool {
+	for {
+		if n := len(w); n > 0 && (w[n-1] == '"' || w[n-1] == '\'' || w[n-1] == ')' || w[n-1] == ']') {
+			w = w[:n-1]
+		} else if strings.HasSuffix(w, "\u201d") || strings.HasSuffix(w, "\u2019") {
+			w = w[:len(w)-len("\u201d")]
+		} else {
+			break
+		}
+	}
+	if strings.HasSuffix(w, "?") || strings.HasSuffix(w, "!") {
+		return true
+	}
+	head, ok := strings.CutSuffix(w, ".")
+	return ok && utf8.RuneCountInString(head) >= 4 && !strings.Contains(head, ".")
 }
 
 // wordSpan is one word of the filtered text: its byte range and the filter's verdicts.

@@ -11,24 +11,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFilterNoiseParity checks FilterNoise against the cases the notebook's twin
-// (train/textfilter.py, its test_textfilter.py) answers from the same file: unicode,
-// punctuation runs, brackets, texts that filter to nothing.
+// TestFilterNoiseParity checks FilterNoise and FilterNoiseV1 against the cases the
+// notebook's twin (train/textfilter.py, its test_textfilter.py) answers from the same file:
+// unicode, punctuation runs, brackets, trailers, texts that filter to nothing. A case's "v1"
+// is FilterNoiseV1's answer where it differs from "out".
 func TestFilterNoiseParity(t *testing.T) {
 	f, err := os.Open(filepath.Join("testdata", "noise_filter.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
-	n := 0
+	n, trailers := 0, 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var c struct{ In, Out string }
+		var c struct{ In, Out, V1 string }
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &c))
 		require.Equal(t, c.Out, FilterNoise(c.In), "input %q", c.In)
 		require.Equal(t, c.Out, FilterNoise(c.Out), "filtering is idempotent: %q", c.Out)
+		if c.V1 == "" {
+			c.V1 = c.Out
+		} else {
+			trailers++
+		}
+		require.Equal(t, c.V1, FilterNoiseV1(c.In), "v1, input %q", c.In)
 		n++
 	}
 	require.NoError(t, sc.Err())
-	require.GreaterOrEqual(t, n, 40)
+	require.GreaterOrEqual(t, n, 70)
+	require.GreaterOrEqual(t, trailers, 8, "cases where the trailer rule drops words")
 }
 
 func TestFilterNoise(t *testing.T) {
@@ -41,12 +49,33 @@ func TestFilterNoise(t *testing.T) {
 		{"two words kept in a tag", "(see figure 3) now", "(see figure now"},
 		{"only noise: kept as it came", "12345  #4821", "12345  #4821"},
 		{"digits of other scripts are words", "count ٣ things 3", "count ٣ things"},
+		{"a label left of a number after the question", "Where is the Eiffel Tower? order 123456789", "Where is the Eiffel Tower?"},
+		{"a trailer after a tag", "Summarize this text. [build 3fa9b2c] ERROR at line 42", "Summarize this text."},
+		{"more than 3 kept words are no trailer", "Summarize this text. ERROR at line 42 of the file", "Summarize this text. ERROR at line of the file"},
+		{"more than 8 words are no trailer: a list is content", "Name the makers. 737, A220, 737 MAX, A350, A330, 747-8, 767, A320, 777", "Name the makers. MAX,"},
+		{"a trailer without noise stays", "Why is the sky blue? Thanks", "Why is the sky blue? Thanks"},
+		{"an abbreviation ends no sentence", "Who won the match vs. Spain in 2012", "Who won the match vs. Spain in"},
+		{"closing quotes after the end", "Name a poem.\u201d ref 42", "Name a poem.\u201d"},
 		{"empty", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, FilterNoise(tc.in))
 		})
 	}
+}
+
+func TestTextFilterByName(t *testing.T) {
+	in := "Why is the sky blue? order 123456789"
+	for name, want := range map[string]string{NoiseFilter: "Why is the sky blue?", NoiseFilterV1: "Why is the sky blue? order"} {
+		f, err := TextFilter(name)
+		require.NoError(t, err)
+		require.Equal(t, want, f(in), name)
+	}
+	f, err := TextFilter("")
+	require.NoError(t, err)
+	require.Nil(t, f, "a model exported before the filter gets none")
+	_, err = TextFilter("stopwords_v9")
+	require.ErrorContains(t, err, "stopwords_v9")
 }
 
 func TestFilterNoiseCleanTextDoesNotAllocate(t *testing.T) {
@@ -56,12 +85,14 @@ func TestFilterNoiseCleanTextDoesNotAllocate(t *testing.T) {
 
 func TestFilterInputFiltersTheInstructionOnly(t *testing.T) {
 	in := FormatInput("Summarize this (ref r7-true-c2-00ff) ", " In 1969, 3 astronauts flew. ")
-	require.Equal(t, "Summarize this [SEP] In 1969, 3 astronauts flew.", FilterInput(in))
-	require.Equal(t, "Write a poem", FilterInput("Write a poem #4821"))
-	require.Equal(t, "#4821", FilterInput("#4821"), "noise only: kept as it came")
-	require.Equal(t, "Summarize [SEP] 12 34", FilterInput("Summarize [SEP] 12 34"))
+	require.Equal(t, "Summarize this [SEP] In 1969, 3 astronauts flew.", FilterInput(in, FilterNoise))
+	require.Equal(t, "Write a poem", FilterInput("Write a poem #4821", FilterNoise))
+	require.Equal(t, "#4821", FilterInput("#4821", FilterNoise), "noise only: kept as it came")
+	require.Equal(t, "Summarize [SEP] 12 34", FilterInput("Summarize [SEP] 12 34", FilterNoise))
+	require.Equal(t, "Why? order [SEP] It is. id 7", FilterInput("Why? order 12 [SEP] It is. id 7", FilterNoiseV1))
+	require.Equal(t, "Why? [SEP] It is. id 7", FilterInput("Why? order 12 [SEP] It is. id 7", FilterNoise))
 	clean := "Write a poem [SEP] about 3 seas"
-	require.Zero(t, testing.AllocsPerRun(100, func() { _ = FilterInput(clean) }))
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = FilterInput(clean, FilterNoise) }))
 }
 
 // BenchmarkFilterNoise measures the filter on prompts as they arrive: a clean Dolly-like
@@ -88,23 +119,26 @@ func BenchmarkFilterNoise(b *testing.B) {
 // FuzzFilterNoise: on any client text the filter returns the text itself or some of its
 // words, in order, joined by one space, and filtering again changes nothing.
 func FuzzFilterNoise(f *testing.F) {
-	for _, s := range []string{"", "Write a poem #4821", "(ref r1-x-9) hi", "[a (b 1] c)", "\xff\xfe 1 x", "( ( ( 1", "a\u00a0b 1\u3000c"} {
+	for _, s := range []string{"", "Write a poem #4821", "(ref r1-x-9) hi", "[a (b 1] c)", "\xff\xfe 1 x", "( ( ( 1", "a\u00a0b 1\u3000c",
+		"Why? order 12", "Done.\u201d a b 1", "Stop! [x 1] y"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got := FilterNoise(s)
-		require.Equal(t, got, FilterNoise(got), "idempotent")
-		if got == s {
-			return
-		}
-		words := splitWords(s, nil)
-		k := 0
-		for _, w := range strings.Split(got, " ") {
-			for k < len(words) && s[words[k].lo:words[k].hi] != w {
+		for _, filter := range []func(string) string{FilterNoise, FilterNoiseV1} {
+			got := filter(s)
+			require.Equal(t, got, filter(got), "idempotent")
+			if got == s {
+				continue
+			}
+			words := splitWords(s, nil)
+			k := 0
+			for _, w := range strings.Split(got, " ") {
+				for k < len(words) && s[words[k].lo:words[k].hi] != w {
+					k++
+				}
+				require.Less(t, k, len(words), "%q is not a word of %q in order", w, s)
 				k++
 			}
-			require.Less(t, k, len(words), "%q is not a word of %q in order", w, s)
-			k++
 		}
 	})
 }

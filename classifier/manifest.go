@@ -20,10 +20,10 @@ type Manifest struct {
 	FormatVersion int    `json:"format_version"`
 	Version       string `json:"version"`
 	TextFormat    string `json:"text_format"`
-	// TextFilter names the noise filter the heads were trained behind: NoiseFilter, or
-	// empty for a model exported before the filter (it still loads, and its input is
-	// filtered like any other: retrain it for its heads to have seen the same). Another
-	// name is refused.
+	// TextFilter names the noise filter the heads were trained behind: NoiseFilter,
+	// NoiseFilterV1 (exported before the trailer rule), or empty for a model exported
+	// before the filter (it still loads, and gets its input unfiltered). Another name is
+	// refused (TextFilter).
 	TextFilter     string  `json:"text_filter"`
 	LabelThreshold float64 `json:"label_threshold"`
 	Encoder        struct {
@@ -148,8 +148,8 @@ func (m *Manifest) validate() error {
 		// Nothing else is checked: a newer format may mean anything by its fields.
 		return fmt.Errorf("format_version %d: this build of Triage reads manifest formats 1 to %d; use a newer Triage or re-export the model with this one's notebook", m.FormatVersion, FormatLatest)
 	}
-	if m.TextFilter != "" && m.TextFilter != NoiseFilter {
-		errs = append(errs, fmt.Errorf("text_filter: this build of Triage applies %q, got %q", NoiseFilter, m.TextFilter))
+	if _, err := TextFilter(m.TextFilter); err != nil {
+		errs = append(errs, fmt.Errorf("text_filter: %w", err))
 	}
 	if m.Version == "" {
 		errs = append(errs, errors.New("version: must not be empty"))

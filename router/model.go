@@ -42,9 +42,9 @@ type loaded struct {
 	// staged is the model's first stage and band when the cascade uses it; nil otherwise.
 	staged Staged
 	band   classifier.Band
-	// filter reports that the model was trained behind the noise filter (see Filtered):
-	// its texts lose their noise words before the caches and both stages see them.
-	filter bool
+	// filter is the noise filter the model was trained behind (see Filtered), nil for
+	// none: its texts lose their noise words before the caches and both stages see them.
+	filter func(string) string
 	// key is the version the caches are keyed by (see cacheVersion).
 	key  string
 	refs atomic.Int64
@@ -100,7 +100,8 @@ func (h *holder) swap(m Model) error {
 	l := &loaded{m: m, version: m.Version(), cutoff: m.LabelThreshold(), log: h.log}
 	l.staged, l.band = stageOf(m, h.cascade)
 	if f, ok := m.(Filtered); ok {
-		l.filter = f.TextFilter() == classifier.NoiseFilter
+		// An unknown name cannot get here: the manifest's validation refuses it.
+		l.filter, _ = classifier.TextFilter(f.TextFilter())
 	}
 	l.key = cacheVersion(l.version, l.staged, l.band)
 	l.refs.Store(1)

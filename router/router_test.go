@@ -272,7 +272,8 @@ var _ Filtered = (*filteredModel)(nil)
 
 // A model trained behind the noise filter is given the instruction without its noise words,
 // so the same instruction with another ticket number or reference tag is one cache entry;
-// the context is kept; a model that names no filter gets the text as Input built it.
+// the context is kept; a model gets the filter version its manifest names, and a model that
+// names no filter gets the text as Input built it.
 func TestTheNoiseFilterFollowsTheModel(t *testing.T) {
 	ctx := context.Background()
 	t.Run("filtered", func(t *testing.T) {
@@ -296,6 +297,23 @@ func TestTheNoiseFilterFollowsTheModel(t *testing.T) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		require.Equal(t, []string{"Write a poem about the sea", "Summarize [SEP] In 1969, 3 astronauts flew."}, m.seen)
+	})
+	t.Run("the version the model names", func(t *testing.T) {
+		for name, want := range map[string]string{
+			classifier.NoiseFilter:   "Why is the sky blue?",
+			classifier.NoiseFilterV1: "Why is the sky blue? order",
+		} {
+			m := &filteredModel{fakeModel: fakeModel{version: "v1", cutoff: 0.5}, filter: name}
+			r := startRouter(t, testConfig(), m)
+			m.mu.Lock()
+			m.seen = nil // the startup probe
+			m.mu.Unlock()
+			_, err := r.Preview(ctx, Input("Why is the sky blue? order 123456789", ""))
+			require.NoError(t, err)
+			m.mu.Lock()
+			require.Equal(t, []string{want}, m.seen, name)
+			m.mu.Unlock()
+		}
 	})
 	t.Run("no filter named", func(t *testing.T) {
 		m := &filteredModel{fakeModel: fakeModel{version: "v1", cutoff: 0.5}}

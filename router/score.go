@@ -182,10 +182,10 @@ func (r *Router) scoreMany(ctx context.Context, texts []string, out []Score, err
 		}
 		return
 	}
-	if cur.filter {
+	if cur.filter != nil {
 		filtered := make([]string, len(texts))
 		for i, t := range texts {
-			filtered[i] = classifier.FilterInput(t)
+			filtered[i] = classifier.FilterInput(t, cur.filter)
 		}
 		texts = filtered
 	}

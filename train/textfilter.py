@@ -20,6 +20,18 @@ A bracketed tag is dropped whole: a word that starts with `(` or `[` and the fir
 at most 7 words on whose end (before trailing `.,;:!?`) closes it, when the group holds
 at least one noise word and at most one other word (a label such as `ref` or `build`).
 
+Version 2 (`noise_words_v2`, the default) also drops a trailer: what follows the text's
+last sentence when it is at most 8 words (as long as a bracketed tag may be), holds a word
+dropped above and at most 3 words kept
+(`... in Paris? order 123456789`, `... this. [build 3fa9b2c] ERROR at line 42`, `... uuid
+d9653b8f-...`): the label left beside an identifier that an application or a tool appended.
+The last sentence ends at the last word, other than the text's final one, that the rules
+above keep and that ends with `?`, `!` or `.`, once closing quotes and brackets
+(`"')]` and U+201D, U+2019) are trimmed from it; a `.` ends one only after at least 4
+characters holding no other `.` (so `vs.`, `No.`, `U.S.`, `e.g.` do not). A text without
+such an ending has no trailer. Version 1 (`noise_words_v1`) is the filter without it, for
+models exported before it.
+
 Kept words are byte-identical, re-joined with one ASCII space (the tokenizer splits on
 whitespace, so the word pieces are the same as with the original spacing). When nothing
 is dropped the text is returned unchanged; when everything would be, too (the original
@@ -33,6 +45,11 @@ _SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u200
 _OPEN = {"(": ")", "[": "]"}
 _TRAIL = ".,;:!?"
 _GROUP_MAX = 8  # words in a bracketed tag, the opening and closing ones included
+_TRAILER_KEPT = 3  # words a trailer may hold besides the dropped ones
+_CLOSERS = "\"')]\u201d\u2019"
+
+NOISE_WORDS_V1, NOISE_WORDS_V2 = "noise_words_v1", "noise_words_v2"
+NOISE_FILTER = NOISE_WORDS_V2  # the version the notebook trains behind and names in the manifest
 
 
 def _words(s):
@@ -80,8 +97,17 @@ def _closes(w, opener):
     return w.rstrip(_TRAIL).endswith(_OPEN[opener])
 
 
-def filter_noise(s):
+def _ends_sentence(w):
+    w = w.rstrip(_CLOSERS)
+    if w.endswith(("?", "!")):
+        return True
+    return w.endswith(".") and len(w) >= 5 and "." not in w[:-1]
+
+
+def filter_noise(s, version=NOISE_FILTER):
     """s without its noise words (see the module doc); s itself when none or all of them are."""
+    if version not in (NOISE_WORDS_V1, NOISE_WORDS_V2):
+        raise ValueError(f"unknown noise filter {version!r}")
     words = _words(s)
     noise = [is_noise(w) for w in words]
     drop = list(noise)
@@ -98,6 +124,12 @@ def filter_noise(s):
                         i = j
                     break
         i += 1
+    if version == NOISE_WORDS_V2 and any(drop):
+        end = next((k for k in range(len(words) - 2, -1, -1) if not drop[k] and _ends_sentence(words[k])), None)
+        if (end is not None and len(words) - end - 1 <= _GROUP_MAX and any(drop[end + 1:])
+                and drop[end + 1:].count(False) <= _TRAILER_KEPT):
+            for k in range(end + 1, len(words)):
+                drop[k] = True
     if not any(drop) or all(drop):
         return s
     return " ".join(w for w, d in zip(words, drop) if not d)
