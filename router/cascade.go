@@ -94,11 +94,11 @@ type InBandScorer interface {
 
 // Filtered is a Model that names the text filter its heads were trained behind (its
 // manifest's text_filter); *onnx.Classifier implements it. For classifier.NoiseFilter (or
-// the older NoiseFilterV1) the
-// router drops each text's noise words (classifier.FilterInput) before its caches, the
-// batcher and both stages see it, so a model hears what it was trained on and the same
-// instruction with another ticket number, reference tag or URL is one cache entry. A model
-// that is not Filtered, or names no filter, gets its texts as Input built them.
+// the older NoiseFilterV1) the router drops each text's noise words (classifier.FilterInput)
+// with the version named, before its caches, the batcher and both stages see it, so a
+// model hears what it was trained on and the same instruction with another ticket number,
+// reference tag or URL is one cache entry. A model that is not Filtered, or names no
+// filter, gets its texts as Input built them.
 type Filtered interface {
 	TextFilter() string
 }
