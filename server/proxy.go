@@ -144,8 +144,9 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	}
 	setDisaggHeaders(c, resp)
 	var src io.Reader = resp.Body
+	size := -1 // unknown: fasthttp writes the body chunked
 	if !in.stream && !isEventStream(resp.Header.Get("Content-Type")) {
-		if src, err = s.prefetch(c, resp); err != nil {
+		if src, size, err = s.prefetch(c, resp); err != nil {
 			resp.Body.Close()
 			return dl.err(err)
 		}
@@ -184,9 +185,12 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	handedOff = true
 	rq.deferred = true
 	// fasthttp writes a body stream of unknown size chunked, flushing after every Read, so
-	// SSE events pass through as the replica sends them; it closes the stream when the
-	// response is written, when writing fails (client gone) and when the response is reset.
-	c.Response().SetBodyStream(st, -1)
+	// SSE events pass through as the replica sends them; a prefetched answer's size is known,
+	// so it goes out with a Content-Length, headers and body in one write (chunked, the
+	// terminating chunk was a second write the client waited for). fasthttp closes the stream
+	// when the response is written, when writing fails (client gone) and when the response is
+	// reset.
+	c.Response().SetBodyStream(st, size)
 	return nil
 }
 
@@ -198,22 +202,23 @@ const maxPrefetch = 1 << 20
 // written, so the tokens the replica reported can go into x-router-prompt-tokens and
 // x-router-completion-tokens. It costs no latency: a non-streaming answer's body comes in one
 // piece, when the generation is done. It returns what the client is to read: the bytes read,
-// then the rest of the body. A body that breaks off within them is an error, answered as any
-// upstream failure (nothing has been sent yet).
-func (s *Server) prefetch(c *fiber.Ctx, resp *upstream.Response) (io.Reader, error) {
+// then the rest of the body, and the body's size when it was read whole (-1 when it was
+// longer). A body that breaks off within them is an error, answered as any upstream failure
+// (nothing has been sent yet).
+func (s *Server) prefetch(c *fiber.Ctx, resp *upstream.Response) (io.Reader, int, error) {
 	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxPrefetch))
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if n == maxPrefetch {
-		return io.MultiReader(&buf, resp.Body), nil
+		return io.MultiReader(&buf, resp.Body), -1, nil
 	}
 	if u, ok := resp.Usage(); ok {
 		c.Set(HeaderPromptTokens, strconv.Itoa(u.PromptTokens))
 		c.Set(HeaderCompletionTokens, strconv.Itoa(u.CompletionTokens))
 	}
-	return &buf, nil
+	return &buf, int(n), nil
 }
 
 // failedReplica names the replica an upstream error came from, or "".

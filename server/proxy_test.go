@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -100,6 +101,26 @@ func TestUpstreamStatusAndBodyPassThrough(t *testing.T) {
 	require.Equal(t, `{"error":{"message":"bad temperature"}}`, string(body))
 	require.Equal(t, "yes", resp.Header.Get("X-Upstream"))
 	require.Equal(t, "fast", resp.Header.Get(HeaderPath))
+	// Read whole before the headers, a non-streamed answer goes out with its length, in one
+	// write rather than chunked.
+	require.Equal(t, int64(len(body)), resp.ContentLength)
+	require.Empty(t, resp.TransferEncoding)
+}
+
+// TestAnswerLongerThanThePrefetchIsPassedOnWhole: an answer longer than maxPrefetch is not
+// held back; it is passed on chunked, every byte of it.
+func TestAnswerLongerThanThePrefetchIsPassedOnWhole(t *testing.T) {
+	ts := startServer(t)
+	long := bytes.Repeat([]byte("x"), maxPrefetch+4096)
+	ts.fast.onGenerate = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(long)
+	}
+	resp, body := postJSON(t, ts.url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, len(long), len(body))
+	require.True(t, bytes.Equal(long, body))
+	require.Equal(t, []string{"chunked"}, resp.TransferEncoding)
 }
 
 // TestStreamingPassesChunksAsTheyArrive proves the proxy does not buffer: the client reads
