@@ -4,7 +4,8 @@ usage: compare_models.py COMMITTED_DIR FRESH_DIR
 
 The notebook is deterministic (fixed split, fixed CV folds, lbfgs), so a fresh
 run must reproduce the committed head: the same parity probabilities to 1e-4
-and the same test metrics to 0.5 points. A mismatch means models/ was not
+(the int8 encoder's to 1e-2: its kernels differ between instruction sets) and
+the same test metrics to 0.5 points. A mismatch means models/ was not
 regenerated after a change to the notebook, the data or the encoder.
 
 The static stage's table is distilled by ONNX Runtime, whose CPU kernels pick
@@ -124,10 +125,14 @@ def main(committed, fresh):
         if [r["text"] for r in pa] != [r["text"] for r in pb]:
             failures.append(f"{variant or 'fp32'}: parity texts differ")
         else:
+            # int8: ONNX Runtime's u8s8 kernels differ between instruction sets (AVX2's
+            # vpmaddubsw saturates pairs of products, AVX-512 VNNI does not), so a file
+            # written on one CPU is matched to about 6e-3 on another; fp32 to 1e-4 anywhere.
+            tol = 1e-2 if variant == "int8" else 1e-4
             worst = max(abs(x["p_slow"] - y["p_slow"]) for x, y in zip(pa, pb))
             print(f"{variant or 'fp32'}: {len(pa)} parity rows, max |committed - fresh| = {worst:.2e}")
-            if worst > 1e-4:
-                failures.append(f"{variant or 'fp32'}: parity P(slow) differs by {worst:.2e} > 1e-4")
+            if worst > tol:
+                failures.append(f"{variant or 'fp32'}: parity P(slow) differs by {worst:.2e} > {tol:g}")
         ma = json.load(open(a / "metrics.json"))["test"]
         mb = json.load(open(b / "metrics.json"))["test"]
         for k in ["accuracy", "macro_f1", "grey_zone_rate"]:

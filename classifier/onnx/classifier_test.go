@@ -47,7 +47,8 @@ func loadParity(t *testing.T, variant string) []parityRow {
 }
 
 // TestParity runs every text of the notebook's parity file through the Go
-// classifier: P(slow) must match Python to 1e-4 and token counts exactly.
+// classifier: P(slow) must match Python to 1e-4 (int8: 1e-2, see below) and token counts
+// exactly.
 func TestParity(t *testing.T) {
 	for _, variant := range []string{"", "int8"} {
 		t.Run("variant="+variant, func(t *testing.T) {
@@ -69,8 +70,15 @@ func TestParity(t *testing.T) {
 			// per call, as the notebook computed it, because dynamic int8
 			// quantisation makes a text's result depend on its batch mates.
 			step := 32
+			// The tolerance: fp32 agrees to 1e-4 on any x86-64 CPU. int8 does not: ONNX
+			// Runtime's u8s8 matrix products take other kernels on other instruction sets
+			// (AVX2's vpmaddubsw saturates pairs of products, AVX-512 VNNI does not), so a
+			// parity file written on one CPU is matched to about 6e-3 on another (an AMD EPYC
+			// with AVX2 only, against the file of 2026-11-26). int8 is held to 1e-2, and to
+			// Python's label wherever Python's P(slow) is further than that from 0.5.
+			tol := 1e-4
 			if variant == "int8" {
-				step = 1
+				step, tol = 1, 1e-2
 			}
 			var worst float64
 			for lo := 0; lo < len(texts); lo += step {
@@ -81,9 +89,12 @@ func TestParity(t *testing.T) {
 					row := rows[lo+i]
 					d := math.Abs(float64(r.PSlow) - row.PSlow)
 					worst = max(worst, d)
-					require.LessOrEqualf(t, d, 1e-4, "row %d (%s, %d tokens): go %.6f python %.6f", lo+i, row.Category, row.Tokens, r.PSlow, row.PSlow)
+					require.LessOrEqualf(t, d, tol, "row %d (%s, %d tokens): go %.6f python %.6f", lo+i, row.Category, row.Tokens, r.PSlow, row.PSlow)
 					require.Equalf(t, row.Tokens, r.Tokens, "row %d: token count", lo+i)
 					require.Equal(t, r.PSlow > 0.5, r.Label == classifier.SlowLabel)
+					if math.Abs(row.PSlow-0.5) > tol {
+						require.Equalf(t, row.PSlow > 0.5, r.PSlow > 0.5, "row %d: label", lo+i)
+					}
 				}
 			}
 			t.Logf("%d texts, max |P_go - P_python| = %.2e", len(rows), worst)
