@@ -16,7 +16,7 @@ import (
 
 // dollyTexts returns n texts of the four target categories in the model's
 // input format, drawn with a fixed seed from the shared Dolly file.
-func dollyTexts(b *testing.B, n int) []string {
+func dollyTexts(b testing.TB, n int) []string {
 	b.Helper()
 	path := os.Getenv("TRIAGE_DOLLY")
 	if path == "" {
@@ -144,8 +144,9 @@ func BenchmarkSpinning(b *testing.B) {
 	}
 }
 
-// BenchmarkStatic measures the static first stage on Dolly texts and on
-// long texts (256 word pieces after truncation): texts/s and µs/text, with
+// BenchmarkStatic measures the static first stage on Dolly texts, on long
+// texts (256 word pieces after truncation) and on 16 KiB of joined Dolly rows
+// (a long prompt as the gateway cuts it): texts/s and µs/text, with
 // tokenization included ("tokenize+static": Tokenize then StaticScore, what
 // a cache miss costs before the band decides) and excluded ("static":
 // StaticScore on tokens made beforehand). "tokenize" is Tokenize alone.
@@ -171,10 +172,21 @@ func BenchmarkStatic(b *testing.B) {
 			noCtx = append(noCtx, classifier.FormatInput(ctx, ""))
 		}
 	}
+	// A long prompt as the gateway hands it over: Dolly rows joined to server.max_text_bytes'
+	// default, 16 KiB (before prefix tokenizing, the tokenizer read all of it).
+	var joined []string
+	for i := 0; len(joined) < 64; i++ {
+		var sb strings.Builder
+		for j := i; sb.Len() < 16<<10; j++ {
+			sb.WriteString(dolly[j%len(dolly)])
+			sb.WriteString(" ")
+		}
+		joined = append(joined, sb.String()[:16<<10-64])
+	}
 	for _, set := range []struct {
 		name  string
 		texts []string
-	}{{"dolly", dolly}, {"tokens=256", long}, {"no-context", noCtx}} {
+	}{{"dolly", dolly}, {"tokens=256", long}, {"no-context", noCtx}, {"16KiB", joined}} {
 		toks := make([]classifier.Tokens, len(set.texts))
 		nTok := 0
 		for i, t := range set.texts {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,4 +219,78 @@ func TestCloseIsFinal(t *testing.T) {
 	require.NoError(t, c.Close())
 	_, err = c.Classify(context.Background(), []string{"hi"})
 	require.ErrorIs(t, err, classifier.ErrClosed)
+}
+
+// TestPrefixTokenizingIsExact holds encode's prefix tokenizing to the tokenizer run on the
+// whole text: the same ids, truncated to max_tokens, for Dolly rows joined into texts of 1 to
+// 40 KiB with every ASCII whitespace as their joints, and for texts built to sit on the
+// cut: one-piece words (256 pieces in 512 bytes), words far longer than the tokenizer's
+// 100-character limit, no whitespace at all, CJK, accents and combining marks, a capital
+// sigma before the cut, NULs and control characters.
+func TestPrefixTokenizingIsExact(t *testing.T) {
+	c := newTestClassifier(t, "")
+	maxTok := c.Manifest().Encoder.MaxTokens
+	// encode drops NULs first (C strings end at one); the whole text gets the same.
+	whole := func(s string) []uint32 { return c.tok.EncodeWithOptions(strings.ReplaceAll(s, "\x00", ""), true).IDs }
+	rng := rand.New(rand.NewPCG(7, 11))
+	dolly := dollyTexts(t, 2000)
+	joints := []string{" ", "\n", "\t", "\r\n", "  \n\n", " [SEP] "}
+	var texts []string
+	for range 300 {
+		var b strings.Builder
+		size := 1024 + rng.IntN(40<<10)
+		for b.Len() < size {
+			b.WriteString(dolly[rng.IntN(len(dolly))])
+			b.WriteString(joints[rng.IntN(len(joints))])
+		}
+		texts = append(texts, b.String())
+	}
+	limit := prefixBytesPerToken * maxTok
+	texts = append(texts,
+		strings.Repeat("a ", 3000),                                 // one piece a word
+		strings.Repeat("x", limit-1)+" "+strings.Repeat("b ", 400), // the cut right after a word
+		strings.Repeat("q", 5*limit)+" tail words here",            // one word over the limit: [UNK]
+		strings.Repeat(strings.Repeat("z", 150)+" ", 60)+strings.Repeat("word ", 300),
+		strings.Repeat("abc.def,ghi;", 2000), // no whitespace: whole text
+		strings.Repeat("人工智能是计算机科学的一个分支。", 300),
+		strings.Repeat("Café naïve résumé e\u0301 \u0301 ", 400),
+		strings.Repeat("ΣΟΦΙΑΣ ΟΔΟΣ σοφός ", 300),
+		strings.Repeat("tab\there\x00nul\x01ctl\u200bzw ", 500),
+		strings.Repeat("🙂 emoji 🙃 ", 600),
+	)
+	cuts := 0
+	for i, s := range texts {
+		got, err := c.encode(s)
+		require.NoError(t, err)
+		want := whole(s)
+		require.Equal(t, want, got, "text %d (%d bytes)", i, len(s))
+		if _, cut := cutAtSpace(s, limit); cut {
+			cuts++
+		}
+	}
+	require.Greater(t, cuts, 290, "the texts must exercise the cut")
+}
+
+// TestCutAtSpace: the cut is at the first ASCII whitespace at or after the limit, and
+// nothing is cut without one.
+func TestCutAtSpace(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		limit int
+		want  string
+		cut   bool
+	}{
+		{"short", 10, "short", false},
+		{"exactly ten", 11, "exactly ten", false},
+		{"one two three four", 5, "one two", true},
+		{"one two three four", 3, "one", true},
+		{"one\ttwo three", 2, "one", true},
+		{"one\ntwo three", 4, "one\ntwo", true},
+		{"nowhitespaceatall", 3, "nowhitespaceatall", false},
+		{"é é é é", 1, "é", true},
+	} {
+		got, cut := cutAtSpace(tc.in, tc.limit)
+		require.Equal(t, tc.want, got, "%q at %d", tc.in, tc.limit)
+		require.Equal(t, tc.cut, cut, "%q at %d", tc.in, tc.limit)
+	}
 }
