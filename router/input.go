@@ -60,3 +60,45 @@ func isNormal(s string) bool {
 	}
 	return !prevSpace || s == ""
 }
+
+// InputWithin is Input for a text of any length, cut to at most n bytes (n >= 4): the
+// classifier reads only the first max_tokens word pieces of its input, so the rest of a long
+// text is not read at all. Leading whitespace goes first, and each part is read up to four
+// times n (normalising only shrinks runs of whitespace, so only a text mostly of whitespace
+// ends short of n); the normalised input is then cut at its last space within n bytes (on a
+// rune boundary when they hold one word), and a context separator left dangling at the end
+// is dropped.
+func InputWithin(instruction, context string, n int) string {
+	ci := headBytes(strings.TrimLeftFunc(instruction, unicode.IsSpace), 4*n)
+	cc := headBytes(context, 4*n)
+	return cutInput(Input(ci, cc), n)
+}
+
+// headBytes is s cut to at most n bytes, on a rune boundary.
+func headBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// cutInput cuts a normalised classifier input (single ASCII spaces between words) to at most
+// n bytes: at its last space within them, so no word is cut through, or on a rune boundary
+// when they hold a single word. A cut that would leave the context's separator dangling at
+// the end drops it, so the cut text does not claim a context it no longer carries.
+func cutInput(in string, n int) string {
+	if len(in) <= n {
+		return in
+	}
+	cut := headBytes(in, n)
+	if in[len(cut)] != ' ' { // the last word is cut through: drop it, unless it is the only one
+		if i := strings.LastIndexByte(cut, ' '); i > 0 {
+			cut = cut[:i]
+		}
+	}
+	cut = strings.TrimRight(cut, " ")
+	return strings.TrimSuffix(cut, strings.TrimRight(classifier.Separator, " "))
+}

@@ -20,7 +20,6 @@ func TestBadInputIsA4xxNamingTheProblem(t *testing.T) {
 		c.Server.MaxTextBytes = 100
 		c.Server.MaxBatchTexts = 3
 	})
-	long := strings.Repeat("a", 101)
 	type tc struct {
 		name, method, path, ctype, body string
 		status                          int
@@ -39,8 +38,6 @@ func TestBadInputIsA4xxNamingTheProblem(t *testing.T) {
 		{"unknown field", "POST", "/v1/query-process", "application/json", `{"text": "x", "txt": "y"}`, 400, "txt", "unknown field"},
 		{"trailing data", "POST", "/v1/query-process", "application/json", `{"text": "x"} {}`, 400, "", "after the JSON object"},
 		{"invalid utf-8", "POST", "/v1/query-process", "application/json", "{\"text\": \"\xff\xfe\"}", 400, "", "not valid UTF-8"},
-		{"text too long", "POST", "/v1/query-process", "application/json", `{"text": "` + long + `"}`, 400, "text", "server.max_text_bytes"},
-		{"text+context too long", "POST", "/v1/query-process", "application/json", `{"text": "a", "context": "` + long + `"}`, 400, "text", "server.max_text_bytes"},
 		{"form content type", "POST", "/v1/query-process", "application/x-www-form-urlencoded", `text=x`, 415, "", "Content-Type must be application/json"},
 		{"text/plain", "POST", "/v1/classify", "text/plain", `{"text":"x"}`, 415, "", "Content-Type"},
 		{"body too large", "POST", "/v1/query-process", "application/json", `{"text": "` + strings.Repeat("a", 5000) + `"}`, 413, "", "server.body_limit"},

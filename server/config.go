@@ -39,8 +39,9 @@ type HTTPConfig struct {
 	// BodyLimit is the largest request body in bytes; larger bodies get 413. Default 1 MiB.
 	BodyLimit int `yaml:"body_limit"`
 	// MaxTextBytes bounds the text handed to the classifier for one request (instruction and
-	// context together, in bytes, after whitespace normalisation); longer texts get 400.
-	// Default 64 KiB.
+	// context together, in bytes, after whitespace normalisation): a longer one is classified
+	// on its first MaxTextBytes bytes, cut at a space (the encoder reads only its first 256
+	// word pieces anyway); the request goes upstream whole. Default 16 KiB.
 	MaxTextBytes int `yaml:"max_text_bytes"`
 	// MaxBatchTexts is the most texts one POST /v1/classify may carry. Default 64.
 	MaxBatchTexts int `yaml:"max_batch_texts"`
@@ -93,7 +94,7 @@ func DefaultHTTPConfig() HTTPConfig {
 	return HTTPConfig{
 		Listen:                  "127.0.0.1:8080",
 		BodyLimit:               1 << 20,
-		MaxTextBytes:            64 << 10,
+		MaxTextBytes:            16 << 10,
 		MaxBatchTexts:           64,
 		RequestTimeout:          30 * time.Second,
 		ShutdownTimeout:         15 * time.Second,
@@ -123,8 +124,8 @@ func (c HTTPConfig) ValidateAt(path string) error {
 	if c.BodyLimit < 1024 || c.BodyLimit > 1<<30 {
 		bad("body_limit", "must be in [1024, 1073741824] bytes, got %d", c.BodyLimit)
 	}
-	if c.MaxTextBytes < 1 {
-		bad("max_text_bytes", "must be >= 1, got %d", c.MaxTextBytes)
+	if c.MaxTextBytes < 64 {
+		bad("max_text_bytes", "must be >= 64, got %d", c.MaxTextBytes)
 	} else if c.MaxTextBytes > c.BodyLimit {
 		bad("max_text_bytes", "must be <= body_limit (%d), got %d", c.BodyLimit, c.MaxTextBytes)
 	}

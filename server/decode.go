@@ -29,18 +29,20 @@ type textInput struct {
 
 // newTextInput validates and formats one text; param names it in errors ("text",
 // "texts[3].text", "messages[2].content").
+//
+// A text longer than server.max_text_bytes is not refused: the classifier reads only the
+// first max_tokens (256) word pieces of its input, a kilobyte or two of prose, so the input
+// is the text's first max_text_bytes bytes, cut at a space (the request itself goes to the
+// replica whole). An agent's request with a long pasted file is routed like any other, and
+// the gateway's work on it (normalising, the noise filter, the cache key, tokenizing) is
+// bounded by max_text_bytes, not by the body.
 func newTextInput(instruction, context, param string, lim limits) (textInput, error) {
-	in := router.Input(instruction, context)
 	// The classifier drops NUL bytes (as BERT's normaliser does), so a text of NULs and
 	// spaces is empty to it.
 	if strings.TrimSpace(strings.ReplaceAll(instruction, "\x00", "")) == "" {
 		return textInput{}, badRequest("empty_text", param, "%s: must not be empty", param)
 	}
-	if len(in) > lim.maxTextBytes {
-		return textInput{}, badRequest("text_too_long", param,
-			"%s: the text to classify is %d bytes after whitespace normalisation (instruction and context together); the limit is %d (server.max_text_bytes)",
-			param, len(in), lim.maxTextBytes)
-	}
+	in := router.InputWithin(instruction, context, lim.maxTextBytes)
 	return textInput{instruction: instruction, context: context, input: in}, nil
 }
 

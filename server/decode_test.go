@@ -240,3 +240,29 @@ func FuzzDecodeResponses(f *testing.F) {
 		requireValidInput(t, p.text)
 	})
 }
+
+// TestLongTextsAreCutNotRefused: a text over server.max_text_bytes is classified on its
+// first max_text_bytes bytes, cut after a whole word, never refused.
+func TestLongTextsAreCutNotRefused(t *testing.T) {
+	lim := limits{maxTextBytes: 64, maxBatchTexts: 1}
+	for _, tc := range []struct{ name, instruction, context, want string }{
+		{"short text as is", "Write a poem", "", "Write a poem"},
+		{"cut after the last whole word", strings.Repeat("word ", 40), "", strings.TrimSpace(strings.Repeat("word ", 13))},
+		{"a cut on a space keeps the word before it", strings.Repeat("abc ", 16) + "tail", "", strings.TrimSpace(strings.Repeat("abc ", 16))},
+		{"whitespace is normalised before the cut", "  lead\n\n\tand   spaces " + strings.Repeat("x ", 40), "",
+			"lead and spaces" + strings.TrimRight(strings.Repeat(" x", 24), " ")},
+		{"one long word is cut on a rune boundary", strings.Repeat("é", 40), "", strings.Repeat("é", 32)},
+		{"a dangling separator is dropped", strings.Repeat("w", 55), "the context", strings.Repeat("w", 55)},
+		{"a context is kept as far as it fits", "Sum up", strings.Repeat("doc ", 30), "Sum up [SEP] " + strings.TrimSpace(strings.Repeat("doc ", 13))},
+		{"leading whitespace beyond the limit", strings.Repeat(" ", 500) + "the question", "", "the question"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, err := newTextInput(tc.instruction, tc.context, "text", lim)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, in.input)
+			require.LessOrEqual(t, len(in.input), lim.maxTextBytes)
+			require.True(t, utf8.ValidString(in.input))
+			require.Equal(t, tc.instruction, in.instruction, "the request's own text is kept whole")
+		})
+	}
+}

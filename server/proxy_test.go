@@ -422,3 +422,42 @@ func TestHungOnlyReplicaIs504(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "the first-byte timeout, not the request timeout")
 	require.Equal(t, "upstream fast/fast-0: no response in time", apiErr(t, body).Message)
 }
+
+// TestLongPromptIsRoutedAndSentWhole: an agent's request whose last user message is far
+// over server.max_text_bytes (a pasted file) is routed on the head of that message, and the
+// replica gets every byte of it, on the chat, Messages and Responses endpoints.
+func TestLongPromptIsRoutedAndSentWhole(t *testing.T) {
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) {
+		c.Server.BodyLimit = 1 << 20
+		c.Server.MaxTextBytes = 1024
+	})
+	file := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 200<<10/45)
+	// Each endpoint's message opens differently, so none is the cache's hit.
+	msgs := map[string]string{}
+	for _, path := range []string{"/v1/chat/completions", "/v1/messages", "/v1/responses"} {
+		msgs[path] = "Review this file for " + path + " p=0.9 " + file
+	}
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":` + jsonString(msgs["/v1/chat/completions"]) + `}]}`},
+		{"/v1/messages", `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":` + jsonString(msgs["/v1/messages"]) + `}]}`},
+		{"/v1/responses", `{"model":"auto","input":` + jsonString(msgs["/v1/responses"]) + `}`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			before := len(ts.model.seen())
+			resp, body := postJSON(t, ts.url+tc.path, tc.body)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+			require.Equal(t, "slow", resp.Header.Get(HeaderPath), "routed on the message's head (p=0.9)")
+			seen := ts.model.seen()[before:]
+			require.Len(t, seen, 1)
+			require.LessOrEqual(t, len(seen[0]), 1024)
+			require.True(t, strings.HasPrefix(seen[0], "Review this file for "+tc.path+" p=0.9 The quick brown fox"))
+			got := ts.slow.requests()
+			require.Contains(t, fmt.Sprint(got[len(got)-1].body), file, "the replica gets the whole message")
+		})
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
