@@ -93,7 +93,8 @@ FUZZ_TARGETS := \
 	server:FuzzDecodeMessages server:FuzzDecodeResponses \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
-	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation classifier:FuzzFilterNoise
+	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation classifier:FuzzFilterNoise \
+	internal/jsonscan:FuzzAgreesWithEncodingJSON server:FuzzObjectFieldsAgree server:FuzzSplicedBodies
 
 ## fuzz every Fuzz target for FUZZTIME (10s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup

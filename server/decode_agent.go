@@ -85,9 +85,9 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 	if f.Messages[0] != '[' {
 		return p, badRequest("invalid_type", "messages", "messages: must be an array, got %s", jsonKind(f.Messages))
 	}
-	var msgs []json.RawMessage
-	if err := json.Unmarshal(f.Messages, &msgs); err != nil {
-		return p, jsonError(err, "messages")
+	msgs, err := arrayItems(f.Messages, "messages")
+	if err != nil {
+		return p, err
 	}
 	if len(msgs) == 0 {
 		return p, badRequest("empty_messages", "messages", "messages: must contain at least one message")
@@ -146,9 +146,9 @@ func messageBlocks(raw json.RawMessage, param, role string) ([]string, error) {
 	default:
 		return nil, badRequest("invalid_type", param, "%s: must be a string or an array of content blocks, got %s", param, jsonKind(raw))
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, jsonError(err, param)
+	items, err := arrayItems(raw, param)
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	for j, item := range items {
@@ -229,9 +229,9 @@ func systemText(raw json.RawMessage) (string, error) {
 	if raw[0] != '[' {
 		return "", badRequest("invalid_type", "system", "system: must be a string or an array of text blocks, got %s", jsonKind(raw))
 	}
-	var blocks []json.RawMessage
-	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", jsonError(err, "system")
+	blocks, err := arrayItems(raw, "system")
+	if err != nil {
+		return "", err
 	}
 	var texts []string
 	for i, item := range blocks {
@@ -265,9 +265,9 @@ func messagesTools(tools, choice json.RawMessage) error {
 		if tools[0] != '[' {
 			return badRequest("invalid_type", "tools", "tools: must be an array, got %s", jsonKind(tools))
 		}
-		var items []json.RawMessage
-		if err := json.Unmarshal(tools, &items); err != nil {
-			return jsonError(err, "tools")
+		items, err := arrayItems(tools, "tools")
+		if err != nil {
+			return err
 		}
 		for i, item := range items {
 			pp := fmt.Sprintf("tools[%d]", i)
@@ -472,9 +472,9 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 		parts = []string{s}
 		rendered.WriteString("user: " + s + "\n")
 	case '[':
-		var items []json.RawMessage
-		if err := json.Unmarshal(f.Input, &items); err != nil {
-			return p, jsonError(err, "input")
+		items, err := arrayItems(f.Input, "input")
+		if err != nil {
+			return p, err
 		}
 		if len(items) == 0 {
 			return p, badRequest("empty_input", "input", "input: must contain at least one item")
@@ -583,9 +583,9 @@ func responseContent(raw json.RawMessage, param string) ([]string, error) {
 	default:
 		return nil, badRequest("invalid_type", param, "%s: must be a string or an array of content parts, got %s", param, jsonKind(raw))
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, jsonError(err, param)
+	items, err := arrayItems(raw, param)
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	for j, item := range items {

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/triage-gw/triage/internal/jsonscan"
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/translate"
 	"github.com/triage-gw/triage/upstream"
@@ -265,4 +269,81 @@ func TestLongTextsAreCutNotRefused(t *testing.T) {
 			require.Equal(t, tc.instruction, in.instruction, "the request's own text is kept whole")
 		})
 	}
+}
+
+// FuzzObjectFieldsAgree holds objectFields (jsonscan) to objectFieldsDecoder (encoding/json's
+// Decoder, what read every body before): the same fields for any bytes, the same error.
+func FuzzObjectFieldsAgree(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte(`{"Messages":[],"model":"m"}`), true)
+	f.Add([]byte(`{"model":"a","model":"b"}`), false)
+	f.Add([]byte(`{"m\u006fdel":"a","x":{"y":[1,"]"]}} `), true)
+	f.Add([]byte(`{"model":"a"} {}`), false)
+	f.Fuzz(func(t *testing.T, body []byte, strict bool) {
+		if !utf8.Valid(body) { // refused before either reads it (checkBody)
+			return
+		}
+		read := func(fn func([]byte, string, bool, bool, map[string]*json.RawMessage) error, top bool) (map[string]string, error) {
+			var model, messages, stream json.RawMessage
+			err := fn(body, "", strict, top, map[string]*json.RawMessage{"model": &model, "messages": &messages, "stream": &stream})
+			return map[string]string{"model": string(model), "messages": string(messages), "stream": string(stream)}, err
+		}
+		for _, top := range []bool{true, false} {
+			if !top && !(jsonscan.Valid(body) && len(bytes.TrimSpace(body)) > 0 && bytes.TrimSpace(body)[0] == '{') {
+				continue // nested values come from a body already read
+			}
+			got, gotErr := read(objectFields, top)
+			want, wantErr := read(objectFieldsDecoder, top)
+			if wantErr != nil {
+				require.Error(t, gotErr, "top %v", top)
+				require.Equal(t, wantErr.Error(), gotErr.Error(), "top %v", top)
+				continue
+			}
+			require.NoError(t, gotErr, "top %v", top)
+			require.Equal(t, want, got, "top %v", top)
+		}
+	})
+}
+
+// FuzzSplicedBodies: withStreamUsage and withoutField change exactly the member they are
+// about, for any object the decoder accepts.
+func FuzzSplicedBodies(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"stream_options":{"include_usage":false,"x":1},"context":"c","messages":[]}`))
+	f.Add([]byte(`{"stream_options":null,"a":1}`))
+	f.Add([]byte(` { "a" : 1 , "context" : [ 1 ] } `))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in map[string]any
+		if !utf8.Valid(body) || json.Unmarshal(body, &in) != nil || in == nil { // an object, as the decoder accepts
+			return
+		}
+		out, err := withoutField(body, "context")
+		require.NoError(t, err)
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+		want := maps.Clone(in)
+		delete(want, "context")
+		require.Equal(t, want, got)
+
+		so, isObj := in["stream_options"].(map[string]any)
+		if _, ok := in["stream_options"]; ok && !isObj && in["stream_options"] != nil {
+			return // withStreamUsage is not asked to set include_usage in a non-object
+		}
+		out, err = withStreamUsage(body)
+		require.NoError(t, err)
+		got = nil
+		require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+		want = maps.Clone(in)
+		opts := maps.Clone(so)
+		if opts == nil {
+			opts = map[string]any{}
+		}
+		opts["include_usage"] = true
+		want["stream_options"] = opts
+		require.Equal(t, want, got)
+	})
 }

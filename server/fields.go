@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/triage-gw/triage/internal/jsonscan"
 )
 
 // maxQuoted bounds how much of a client's input an error message repeats.
@@ -39,7 +41,51 @@ func clip(s string) string {
 // Other members of a loose object pass untouched. within prefixes the names in errors
 // ("texts[2]."). Trailing data after the object is an error only when top is set (the whole
 // body); nested values come from a parser that has already checked it.
+//
+// The body is read with jsonscan, in one pass that validates it; a nested object is split
+// into its members without validating it again. Where the body is not valid JSON, or not an
+// object, encoding/json reads it again for its error (objectFieldsDecoder): the 400 says what
+// it always said.
 func objectFields(raw []byte, within string, strict, top bool, fields map[string]*json.RawMessage) error {
+	var members []jsonscan.Member
+	switch {
+	case top:
+		ms, end, err := jsonscan.Object(raw, 0)
+		if err != nil || len(bytes.TrimLeft(raw[end:], " \t\r\n")) > 0 {
+			return objectFieldsDecoder(raw, within, strict, top, fields)
+		}
+		members = ms
+	case len(raw) > 0 && raw[0] == '{':
+		members = jsonscan.Members(raw)
+	default:
+		return objectFieldsDecoder(raw, within, strict, top, fields)
+	}
+	seen := make(map[string]bool, len(fields))
+	for _, m := range members {
+		name := m.Name
+		if dst, ok := fields[name]; ok {
+			if seen[name] {
+				return badRequest("duplicate_field", within+name, "%s%s: given twice; give each field once", within, name)
+			}
+			seen[name] = true
+			*dst = m.Value
+			continue
+		}
+		for known := range fields {
+			if strings.EqualFold(known, name) {
+				return badRequest("field_case", within+known, "%s%s: field names are case-sensitive; got %s", within, known, clip(name))
+			}
+		}
+		if strict {
+			return badRequest("unknown_field", within+truncName(name), "%s%s: unknown field", within, clip(name))
+		}
+	}
+	return nil
+}
+
+// objectFieldsDecoder is objectFields with encoding/json's Decoder: what read every body
+// before jsonscan, and what names the problem of a body that is not a valid object.
+func objectFieldsDecoder(raw []byte, within string, strict, top bool, fields map[string]*json.RawMessage) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {
@@ -98,4 +144,23 @@ func truncName(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// arrayItems is the elements of an array value that came out of a body objectFields has
+// read (so it is valid JSON), each exactly as sent. A value that is not an array gets
+// encoding/json's error, named by param, as before.
+func arrayItems(raw json.RawMessage, param string) ([]json.RawMessage, error) {
+	if len(raw) == 0 || raw[0] != '[' {
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, jsonError(err, param)
+		}
+		return items, nil
+	}
+	els := jsonscan.Elements(raw)
+	out := make([]json.RawMessage, len(els))
+	for i, e := range els {
+		out[i] = e
+	}
+	return out, nil
 }

@@ -3,8 +3,10 @@ package upstream
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
+
+	"github.com/triage-gw/triage/internal/jsonscan"
 )
 
 // RewriteModel returns body with its top-level "model" member's value
@@ -31,43 +33,24 @@ type modelDoc struct {
 }
 
 func parseModelDoc(body []byte) (*modelDoc, error) {
-	invalid := func(err error) error { return fmt.Errorf("%w: %v", ErrInvalidBody, err) }
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, invalid(err)
+	open := 0
+	for open < len(body) && (body[open] == ' ' || body[open] == '\t' || body[open] == '\n' || body[open] == '\r') {
+		open++
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("%w: top level is %v", ErrInvalidBody, tok)
-	}
-	doc := &modelDoc{body: body, open: int(dec.InputOffset()) - 1, empty: true}
-	for dec.More() {
-		doc.empty = false
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, invalid(err)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, invalid(err)
-		}
-		if key, _ := tok.(string); key != "model" {
-			continue
-		}
-		// A decoded RawMessage is the value's exact bytes and InputOffset
-		// is just past them; check rather than trust the arithmetic.
-		end := int(dec.InputOffset())
-		start := end - len(raw)
-		if start < 0 || end > len(body) || !bytes.Equal(body[start:end], raw) {
-			return nil, fmt.Errorf("%w: cannot locate the \"model\" value", ErrInvalidBody)
-		}
-		doc.spans = append(doc.spans, [2]int{start, end})
-	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return nil, invalid(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
+	members, end, err := jsonscan.Object(body, 0)
+	switch {
+	case errors.Is(err, jsonscan.ErrNotObject):
+		return nil, fmt.Errorf("%w: top level is not an object", ErrInvalidBody)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrInvalidBody, err)
+	case len(bytes.TrimLeft(body[end:], " \t\r\n")) > 0:
 		return nil, fmt.Errorf("%w: data after the object", ErrInvalidBody)
+	}
+	doc := &modelDoc{body: body, open: open, empty: len(members) == 0}
+	for _, m := range members {
+		if m.Name == "model" {
+			doc.spans = append(doc.spans, [2]int{m.Start, m.End})
+		}
 	}
 	return doc, nil
 }
