@@ -15,9 +15,11 @@ tolerance rather than by sha256: int8 values may differ by one quantisation
 step (a rounding flip) in at most 0.1% of the entries, per-row scales by 1e-4
 relative; float tables by 1e-4 absolute. On top of that: the same band, pooling
 and piece weights (they follow from the vocabulary alone: byte for byte), static
-parity probabilities (every static head) within 1e-4, the same parity texts on the long head, static test metrics within 0.5 points, and the
-share decided statically and the agreement with MiniLM on the noisy prompts
-within 2 points (600 texts per set or fewer: one text is 0.17 points).
+parity probabilities within 5e-2 (the static and long heads' fits end elsewhere on
+another CPU's BLAS kernels; the in-band head's within 1e-4), the same parity texts on
+the long head, static test metrics within 0.5 points, and the share decided statically
+and the agreement with MiniLM on the noisy prompts within 2 points (600 texts per set or
+fewer: one text is 0.17 points).
 """
 import json
 import sys
@@ -66,10 +68,17 @@ def check_static(a, b, failures):
         if d > 1e-4:
             failures.append(f"static table: max |diff| {d:.2e} > 1e-4")
     pa, pb = parity(a), parity(b)
+    # The static and long heads are fitted at C = 31.6 and 316, where the problem is
+    # ill-conditioned: L-BFGS ends elsewhere when numpy's BLAS kernels differ, and OpenBLAS
+    # picks them per CPU. On one machine a fresh run matches to 1e-6; across CPUs their
+    # P(slow) differ by up to 1.0e-2 (an AVX2-only AMD EPYC against the machine that wrote
+    # models/, 2026-11-27). So this allows STATIC_TOL, and the checks that follow (the same
+    # band, the same gated texts, accuracy and shares within 0.5 points, the noisy prompts'
+    # shares within 2) say whether models/ is what the notebook makes.
     worst = max(abs(x["p_static"] - y["p_static"]) for x, y in zip(pa, pb))
     print(f"  static parity: max |committed - fresh| = {worst:.2e}")
-    if worst > 1e-4:
-        failures.append(f"static parity P(slow) differs by {worst:.2e} > 1e-4")
+    if worst > STATIC_TOL:
+        failures.append(f"static parity P(slow) differs by {worst:.2e} > {STATIC_TOL:g}")
     if sa.get("in_band_head_file"):
         if any("p_static_in_band" not in x or "p_static_in_band" not in y for x, y in zip(pa, pb)):
             failures.append("parity: p_static_in_band missing (the manifest names an in-band head)")
@@ -107,6 +116,10 @@ def check_static(a, b, failures):
                 failures.append(f"static noise {k!r}: {m} committed {na[k][m]:.4f} vs fresh {nb[k][m]:.4f}")
         print(f"  noise {k}: static share {na[k]['static_share']:.3f} / {nb[k]['static_share']:.3f}, "
               f"agreement {na[k]['agreement']:.4f} / {nb[k]['agreement']:.4f}")
+
+
+# How far a static head's P(slow) may move between machines (see check_static).
+STATIC_TOL = 5e-2
 
 
 def parity(d):
