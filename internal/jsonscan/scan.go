@@ -387,6 +387,9 @@ func unquote(raw []byte) string {
 		case 't':
 			b = append(b, '\t')
 		case 'u':
+			if i+5 > len(raw) { // a cut escape: only in a value Members was wrongly given
+				return string(append(b, raw[i-1:]...))
+			}
 			r := hex4(raw[i+1 : i+5])
 			i += 4
 			if utf16.IsSurrogate(r) {
