@@ -62,23 +62,31 @@ func objectFields(raw []byte, within string, strict, top bool, fields map[string
 	}
 	seen := make(map[string]bool, len(fields))
 	for _, m := range members {
-		name := m.Name
-		if dst, ok := fields[name]; ok {
-			if seen[name] {
-				return badRequest("duplicate_field", within+name, "%s%s: given twice; give each field once", within, name)
-			}
-			seen[name] = true
-			*dst = m.Value
-			continue
+		if err := takeMember(m.Name, m.Value, within, strict, fields, seen); err != nil {
+			return err
 		}
-		for known := range fields {
-			if strings.EqualFold(known, name) {
-				return badRequest("field_case", within+known, "%s%s: field names are case-sensitive; got %s", within, known, clip(name))
-			}
+	}
+	return nil
+}
+
+// takeMember applies objectFields' rules to one member: a known field is stored in fields
+// (once: seen records it), a case variant of one and, when strict, any other name are 400s.
+func takeMember(name string, val json.RawMessage, within string, strict bool, fields map[string]*json.RawMessage, seen map[string]bool) error {
+	if dst, ok := fields[name]; ok {
+		if seen[name] {
+			return badRequest("duplicate_field", within+name, "%s%s: given twice; give each field once", within, name)
 		}
-		if strict {
-			return badRequest("unknown_field", within+truncName(name), "%s%s: unknown field", within, clip(name))
+		seen[name] = true
+		*dst = val
+		return nil
+	}
+	for known := range fields {
+		if strings.EqualFold(known, name) {
+			return badRequest("field_case", within+known, "%s%s: field names are case-sensitive; got %s", within, known, clip(name))
 		}
+	}
+	if strict {
+		return badRequest("unknown_field", within+truncName(name), "%s%s: unknown field", within, clip(name))
 	}
 	return nil
 }
@@ -106,21 +114,8 @@ func objectFieldsDecoder(raw []byte, within string, strict, top bool, fields map
 		if err := dec.Decode(&val); err != nil {
 			return jsonError(err, within+name)
 		}
-		if dst, ok := fields[name]; ok {
-			if seen[name] {
-				return badRequest("duplicate_field", within+name, "%s%s: given twice; give each field once", within, name)
-			}
-			seen[name] = true
-			*dst = val
-			continue
-		}
-		for known := range fields {
-			if strings.EqualFold(known, name) {
-				return badRequest("field_case", within+known, "%s%s: field names are case-sensitive; got %s", within, known, clip(name))
-			}
-		}
-		if strict {
-			return badRequest("unknown_field", within+truncName(name), "%s%s: unknown field", within, clip(name))
+		if err := takeMember(name, val, within, strict, fields, seen); err != nil {
+			return err
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing '}'
