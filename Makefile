@@ -94,7 +94,8 @@ FUZZ_TARGETS := \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
 	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation classifier:FuzzFilterNoise \
-	internal/jsonscan:FuzzAgreesWithEncodingJSON server:FuzzObjectFieldsAgree server:FuzzSplicedBodies
+	internal/jsonscan:FuzzAgreesWithEncodingJSON server:FuzzObjectFieldsAgree server:FuzzSplicedBodies \
+	classifier/onnx:FuzzWordCache
 
 ## fuzz every Fuzz target for FUZZTIME (10s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -149,7 +150,8 @@ func BenchmarkSpinning(b *testing.B) {
 // (a long prompt as the gateway cuts it): texts/s and µs/text, with
 // tokenization included ("tokenize+static": Tokenize then StaticScore, what
 // a cache miss costs before the band decides) and excluded ("static":
-// StaticScore on tokens made beforehand). "tokenize" is Tokenize alone.
+// StaticScore on tokens made beforehand). "tokenize" is Tokenize alone, its
+// words in the word cache; "tokenize-uncached" the HF tokenizer alone.
 //
 //	go test -run '^$' -bench Static ./classifier/onnx/
 func BenchmarkStatic(b *testing.B) {
@@ -233,8 +235,30 @@ func BenchmarkStatic(b *testing.B) {
 			report(b)
 		})
 		b.Run(set.name+"/tokenize", func(b *testing.B) {
+			// Every text was tokenized above, so its words are in the word cache:
+			// what a text of known words costs.
 			for i := 0; i < b.N; i++ {
 				if _, err := c.Tokenize(set.texts[i%len(set.texts)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
+		b.Run(set.name+"/tokenize-new-word", func(b *testing.B) {
+			// Known words but one never seen (a number, a name): the word cache asks
+			// the tokenizer for that word alone.
+			for i := 0; i < b.N; i++ {
+				if _, err := c.Tokenize("n" + strconv.Itoa(i) + " " + set.texts[i%len(set.texts)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
+		b.Run(set.name+"/tokenize-uncached", func(b *testing.B) {
+			// The HF tokenizer alone: what a text with a word the cache has not seen
+			// costs (and the word cache's learning on top, in encode).
+			for i := 0; i < b.N; i++ {
+				if _, _, _, err := c.tokenize(set.texts[i%len(set.texts)], false); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -28,6 +28,7 @@ type Classifier struct {
 	manifest *classifier.Manifest
 	cfg      classifier.Config
 	tok      *tokenizers.Tokenizer
+	words    *classifier.WordCache // nil when the tokenizer is not one it can reproduce
 	encoder  *ort.DynamicAdvancedSession
 	head     *ort.DynamicAdvancedSession
 	static   *classifier.Static // nil when the manifest has no static stage
@@ -123,6 +124,10 @@ func (c *Classifier) loadTokenizer() error {
 		return fmt.Errorf("tokenizer %s: %w", path, err)
 	}
 	c.tok = tok
+	// The word cache reads the file as packaged (its truncation is set here, not there).
+	if c.words, err = classifier.NewWordCache(raw); err != nil {
+		c.words = nil
+	}
 	ids, _ := tok.Encode("[SEP]", false)
 	if len(ids) != 1 {
 		return fmt.Errorf("tokenizer %s: no [SEP] special token", path)
@@ -288,26 +293,78 @@ func (c *Classifier) encode(t string) ([]uint32, error) {
 	if strings.TrimSpace(t) == "" {
 		return nil, classifier.ErrEmptyText
 	}
-	// The tokenizer reads the whole text before it truncates, at about 2 MB/s on
-	// this project's VMs (34 ms for 64 KiB), though the encoder keeps only its
-	// first max_tokens ids. So a long text is tokenized a prefix at a time,
-	// cut at ASCII whitespace: BERT's normaliser and pre-tokenizer act on one
-	// character at a time and split words at whitespace, so a prefix cut there
-	// gives the whole text's first ids. Once a prefix fills max_tokens, those
-	// are the whole text's ids after truncation; a prefix that does not is
-	// grown four-fold. TestPrefixTokenizingIsExact holds it to the whole text.
+	if c.words != nil {
+		if ids, ok := c.encodeWords(t); ok {
+			return ids, nil
+		}
+	}
+	ids, _, _, err := c.tokenize(t, false)
+	return ids, err
+}
+
+// encodeWords tokenizes t through the word cache: the words it lacks are tokenized
+// together, one call of the HF tokenizer for all of them, and learnt; then t is read from
+// the cache. A text with a word the cache does not keep is the tokenizer's (false), and so
+// is one still not read after a few rounds (a long text of new words, learnt a part at a
+// time, or a cache that started again between learning and reading).
+func (c *Classifier) encodeWords(t string) ([]uint32, bool) {
+	maxTok := c.manifest.Encoder.MaxTokens
+	var missing []string
+	for range 4 {
+		ids, miss, ok := c.words.Encode(t, maxTok, missing)
+		if ok {
+			return ids, true
+		}
+		if len(miss) == 0 {
+			return nil, false
+		}
+		// A space joins them: BERT tokenizes each word alone, so together they give
+		// each its own pieces, and the offsets say which are whose.
+		joined := strings.Join(miss, " ")
+		wi, head, wo, err := c.tokenize(joined, true)
+		if err != nil {
+			return nil, false
+		}
+		c.words.Learn(head, wi, wo, maxTok)
+		missing = miss
+	}
+	return nil, false
+}
+
+// tokenize is the HF tokenizer's answer for t (valid UTF-8 without NUL bytes), the prefix
+// of t it read and, when asked, each id's byte offsets in it (for the word cache).
+//
+// The tokenizer reads the whole text before it truncates, at about 2 MB/s on this
+// project's VMs (34 ms for 64 KiB), though the encoder keeps only its first max_tokens
+// ids. So a long text is tokenized a prefix at a time, cut at ASCII whitespace: BERT's
+// normaliser and pre-tokenizer act on one character at a time and split words at
+// whitespace, so a prefix cut there gives the whole text's first ids. Once a prefix fills
+// max_tokens, those are the whole text's ids after truncation; a prefix that does not is
+// grown four-fold. TestPrefixTokenizingIsExact holds it to the whole text.
+func (c *Classifier) tokenize(t string, withOffsets bool) ([]uint32, string, [][2]uint, error) {
+	var opts []tokenizers.EncodeOption
+	if withOffsets {
+		opts = append(opts, tokenizers.WithReturnOffsets())
+	}
 	limit := prefixBytesPerToken * c.manifest.Encoder.MaxTokens
 	for {
 		head, cut := cutAtSpace(t, limit)
 		// EncodeWithOptions with no options returns the ids alone (Encode
 		// also copies every token's string). v1.22 has no ...Err variant: an
 		// empty result is its failure signal, checked here.
-		ids := c.tok.EncodeWithOptions(head, true).IDs
-		if len(ids) == 0 {
-			return nil, errors.New("tokenizer produced no tokens")
+		enc := c.tok.EncodeWithOptions(head, true, opts...)
+		if len(enc.IDs) == 0 {
+			return nil, "", nil, errors.New("tokenizer produced no tokens")
 		}
-		if !cut || len(ids) >= c.manifest.Encoder.MaxTokens {
-			return ids, nil
+		if !cut || len(enc.IDs) >= c.manifest.Encoder.MaxTokens {
+			var offs [][2]uint
+			if withOffsets {
+				offs = make([][2]uint, len(enc.Offsets))
+				for i, o := range enc.Offsets {
+					offs[i] = o
+				}
+			}
+			return enc.IDs, head, offs, nil
 		}
 		limit *= 4
 	}
