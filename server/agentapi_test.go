@@ -626,3 +626,33 @@ func TestMessagesToolUseTranslatedRoundTrip(t *testing.T) {
 	require.Equal(t, "max_tokens", m.StopReason)
 	require.Equal(t, "text", m.Content[0]["type"])
 }
+
+// TestAgentAPIAnswersGoOutWithTheirLength: a non-streamed Messages or Responses answer is
+// read whole before it is sent (or translated), so it goes out with its Content-Length in
+// one write, native or translated; a stream stays chunked.
+func TestAgentAPIAnswersGoOutWithTheirLength(t *testing.T) {
+	url, _, _ := simServer(t, 1, nil)
+	ts := startServer(t, func(c *gatewayConfig, _ *testOptions) { c.Pools.Fast.APIs = []string{"chat", "completions"} })
+	ts.fast.onGenerate = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c1","created":5,"model":"model-fast","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
+	}
+	for _, tc := range []struct{ name, url, path, body string }{
+		{"messages, native", url, "/v1/messages", `{"max_tokens":3,"messages":[{"role":"user","content":"hi p=0.1"}]}`},
+		{"messages, translated", ts.url, "/v1/messages", `{"max_tokens":3,"messages":[{"role":"user","content":"hi p=0.1"}]}`},
+		{"responses, native", url, "/v1/responses", `{"input":"hi p=0.1","max_output_tokens":3}`},
+		{"responses, translated", ts.url, "/v1/responses", `{"input":"hi p=0.1","max_output_tokens":3}`},
+	} {
+		resp, b := postJSON(t, tc.url+tc.path, tc.body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", tc.name, b)
+		require.Equal(t, int64(len(b)), resp.ContentLength, tc.name)
+		require.Empty(t, resp.TransferEncoding, tc.name)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), tc.name)
+		if tc.url == ts.url {
+			require.Equal(t, "chat", resp.Header.Get(HeaderTranslated), tc.name)
+		}
+	}
+	resp, b := postJSON(t, url+"/v1/messages", `{"max_tokens":2,"stream":true,"messages":[{"role":"user","content":"hi p=0.1"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, []string{"chunked"}, resp.TransferEncoding)
+}

@@ -138,9 +138,11 @@ func (s *Server) handleMessages(c *fiber.Ctx, rq *request) error {
 			resp.Body.Close()
 			return dl.err(err)
 		}
-		st.src = bytes.NewReader(b)
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
+		handedOff = true
+		sendAnswer(c, rq, st, b)
+		return nil
 	case eventStream:
 		ts := translate.NewStream(resp.Body, treq)
 		ts.OnBreak = onBreak
@@ -160,10 +162,12 @@ func (s *Server) handleMessages(c *fiber.Ctx, rq *request) error {
 				return s.untranslatable(r.Pool.Name(), resp.ReplicaID, "message", err)
 			}
 		}
-		st.src = bytes.NewReader(out)
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		handedOff = true
+		sendAnswer(c, rq, st, out)
+		return nil
 	}
 	handedOff = true
 	sendStream(c, rq, st)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"io"
 	"strconv"
 
@@ -40,6 +41,16 @@ func (s *Server) newStream(c *fiber.Ctx, rq *request, dl *deadline, r *router.Ro
 func sendStream(c *fiber.Ctx, rq *request, st *stream) {
 	rq.deferred = true
 	c.Response().SetBodyStream(st, -1)
+}
+
+// sendAnswer is sendStream for an answer read whole (b): it goes out with its
+// Content-Length, headers and body in one write, not chunked (whose terminating chunk was a
+// second write the client waited for). st, holding the replica's body, is still closed
+// after the write, which ends the request's accounting.
+func sendAnswer(c *fiber.Ctx, rq *request, st *stream, b []byte) {
+	st.src = bytes.NewReader(b)
+	rq.deferred = true
+	c.Response().SetBodyStream(st, len(b))
 }
 
 // readAnswer reads a non-streamed answer whole (up to maxPrefetch; a longer one is an

@@ -194,7 +194,11 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 				s.responses.Put(v.ID, at)
 			}
 		}
-		st.src = bytes.NewReader(b)
+		c.Status(resp.Status)
+		copyResponseHeader(c, resp.Header)
+		handedOff = true
+		sendAnswer(c, rq, st, b)
+		return nil
 	}
 	c.Status(resp.Status)
 	copyResponseHeader(c, resp.Header)
@@ -233,10 +237,12 @@ func (s *Server) sendTranslatedResponse(c *fiber.Ctx, rq *request, dl *deadline,
 				return s.untranslatable(r.Pool.Name(), resp.ReplicaID, "response", err)
 			}
 		}
-		st.src = bytes.NewReader(b)
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		*handedOff = true
+		sendAnswer(c, rq, st, b)
+		return nil
 	}
 	*handedOff = true
 	sendStream(c, rq, st)
