@@ -192,8 +192,8 @@ func (w *WordCache) Learn(t string, ids []uint32, offsets [][2]uint, maxTokens i
 			found = append(found, learnt{strings.Clone(t[start:end]), append([]uint32(nil), seq[first:k]...)})
 		}
 	}
-	if !truncated && k != len(seq) {
-		return
+	if k != len(seq) {
+		return // pieces after the last word: not the split assumed
 	}
 	w.mu.Lock()
 	for _, f := range found {

@@ -103,6 +103,11 @@ func TestWordCacheLearnsOnlyWhatTheAnswerShows(t *testing.T) {
 	_, missing, _ = w2.Encode("aa", 256, nil)
 	require.Equal(t, []string{"aa"}, missing)
 
+	// Truncated, with pieces past the text's last word: nothing is kept either.
+	w2.Learn("aa", []uint32{101, 1, 2, 102}, [][2]uint{{0, 0}, {0, 2}, {5, 6}, {0, 0}}, 4)
+	_, missing, _ = w2.Encode("aa", 256, nil)
+	require.Equal(t, []string{"aa"}, missing)
+
 	// Not the tokenizer's frame ([CLS] … [SEP]): ignored.
 	w2.Learn("aa", []uint32{1, 102}, [][2]uint{{0, 2}, {0, 0}}, 256)
 	_, missing, _ = w2.Encode("aa", 256, nil)
