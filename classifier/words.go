@@ -3,6 +3,7 @@ package classifier
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,11 +21,12 @@ import (
 // words' pieces in order. Its normaliser acts on one character at a time (and canonical
 // reordering never crosses a space), its pre-tokenizer splits at whitespace, WordPiece
 // splits each word alone, and an added token ([SEP]) never holds a space. The same property
-// lets encode tokenize a long text a prefix at a time. Every id WordCache returns came from
-// the HF tokenizer: it learns a word's pieces from the tokenizer's answer for a whole text
-// (which piece belongs to which word, from the pieces' offsets), and splits nothing itself.
-// TestWordCacheIsExact and FuzzWordCache (package onnx) hold it to the tokenizer on every
-// Dolly row, on texts built to sit on its edges and on fuzzed input.
+// lets encode tokenize a long text a prefix at a time. A new word of printable ASCII (most
+// of them) it splits itself, as WordPiece would (see wordPiece); any other it learns from the
+// tokenizer's answer for the words it lacks, joined (which piece belongs to which word, from
+// the pieces' offsets). TestWordCacheIsExact, TestWordCacheSplitsLikeTheTokenizer and
+// FuzzWordCache (package onnx) hold both ways to the tokenizer on every Dolly row and word,
+// on texts and words built to sit on their edges and on fuzzed input.
 //
 // NewWordCache refuses a tokenizer.json without that property (a byte-level BPE, where a
 // word's pieces depend on the space before it). It keeps words of at most maxWordBytes
@@ -32,12 +34,13 @@ import (
 // concurrent use.
 type WordCache struct {
 	cls, sep uint32
+	split    *wordPiece // nil: every new word goes to the tokenizer
 
 	mu    sync.RWMutex
 	words map[string][]uint32
 	bytes int // the words' heap, as entryBytes counts it
 
-	hits, misses atomic.Uint64
+	hits, whole, splits, learnt atomic.Uint64
 }
 
 const (
@@ -61,7 +64,8 @@ func NewWordCache(raw []byte) (*WordCache, error) {
 			Content string `json:"content"`
 		} `json:"added_tokens"`
 		Normalizer *struct {
-			Type string `json:"type"`
+			Type      string `json:"type"`
+			Lowercase *bool  `json:"lowercase"`
 		} `json:"normalizer"`
 		PreTokenizer *struct {
 			Type string `json:"type"`
@@ -79,6 +83,7 @@ func NewWordCache(raw []byte) (*WordCache, error) {
 		} `json:"post_processor"`
 		Model *struct {
 			Type string `json:"type"`
+			wordPieceModel
 		} `json:"model"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -114,14 +119,49 @@ func NewWordCache(raw []byte) (*WordCache, error) {
 	if !cls || !sep {
 		return nil, fmt.Errorf("no [CLS] and [SEP] added tokens")
 	}
+	if n.Lowercase != nil {
+		added := make([]string, len(doc.AddedTokens))
+		for i, a := range doc.AddedTokens {
+			added[i] = a.Content
+		}
+		// Without a splitter (a model it cannot split like the tokenizer), every new
+		// word goes to the tokenizer: slower, as exact.
+		w.split, _ = newWordPiece(m.wordPieceModel, *n.Lowercase, added)
+	}
 	return w, nil
 }
 
-// Stats returns how many texts Encode answered and how many it left to the tokenizer.
-func (w *WordCache) Stats() (hits, misses uint64) { return w.hits.Load(), w.misses.Load() }
+// LearnOnly turns the cache's own splitting off, before its first use: every new word goes
+// to the tokenizer. For tests and comparisons.
+func (w *WordCache) LearnOnly() { w.split = nil }
+
+// WordCacheStats is what a WordCache has done since it was made.
+type WordCacheStats struct {
+	// Answered counts the texts Encode answered; Whole, those the caller tokenized whole
+	// instead (NoteWhole): a word over 64 bytes, or words still missing after a few rounds.
+	Answered, Whole uint64
+	// Split counts the new words the cache split itself (see wordPiece); Learnt, those it
+	// kept from the tokenizer's answers (Learn).
+	Split, Learnt uint64
+	// Words is how many words it holds now.
+	Words int
+}
+
+// Stats says what the cache has done since it was made, and how many words it holds.
+func (w *WordCache) Stats() WordCacheStats {
+	w.mu.RLock()
+	n := len(w.words)
+	w.mu.RUnlock()
+	return WordCacheStats{Answered: w.hits.Load(), Whole: w.whole.Load(), Split: w.splits.Load(),
+		Learnt: w.learnt.Load(), Words: n}
+}
+
+// NoteWhole counts a text its caller tokenized whole rather than through Encode.
+func (w *WordCache) NoteWhole() { w.whole.Add(1) }
 
 // Encode returns t's ids as the tokenizer would give them ([CLS], at most maxTokens-2
-// pieces, [SEP]) and true when every word of t within those pieces is in the cache. Else
+// pieces, [SEP]) and true when every word of t within those pieces is in the cache or is
+// one it splits itself (a word of printable ASCII, see wordPiece; it is then kept). Else
 // it returns false and, appended to missing, the words it lacks: tokenized alone and
 // learnt, they let the next call answer. It returns false and no words when a word the
 // cache does not keep (over 64 bytes) is among them: the text is the tokenizer's. t is as
@@ -131,16 +171,21 @@ func (w *WordCache) Encode(t string, maxTokens int, missing []string) ([]uint32,
 	ids[0] = w.cls
 	limit := maxTokens - 1 // [CLS] and the pieces; [SEP] goes after them
 	missing = missing[:0]
+	var fresh []learnt // words split here, kept after the read lock
 	long := false
 	w.mu.RLock()
 	for start, end := nextWord(t, 0); start >= 0; start, end = nextWord(t, end) {
-		if p, ok := w.words[t[start:end]]; ok {
+		word := t[start:end]
+		if p, ok := w.words[word]; ok {
 			ids = append(ids, p...)
 		} else if end-start > maxWordBytes {
 			long = true
 			break
+		} else if p, ok := w.splitWord(word, ids); ok {
+			fresh = append(fresh, learnt{word, p[len(ids):len(p):len(p)]})
+			ids = p
 		} else {
-			missing = append(missing, t[start:end])
+			missing = append(missing, word)
 		}
 		// A missing word has a piece or more (but for the rare word of control
 		// characters alone, which the next call finds).
@@ -149,16 +194,36 @@ func (w *WordCache) Encode(t string, maxTokens int, missing []string) ([]uint32,
 		}
 	}
 	w.mu.RUnlock()
+	if len(fresh) > 0 {
+		for i := range fresh {
+			// Copies: ids may still grow over the pieces' backing array, and t is the
+			// caller's.
+			fresh[i] = learnt{strings.Clone(fresh[i].word), slices.Clone(fresh[i].pieces)}
+		}
+		w.splits.Add(uint64(w.keep(fresh)))
+	}
 	if long {
-		w.misses.Add(1)
 		return nil, nil, false
 	}
 	if len(missing) > 0 {
-		w.misses.Add(1)
 		return nil, missing, false
 	}
 	w.hits.Add(1)
 	return append(ids[:min(len(ids), limit)], w.sep), nil, true
+}
+
+// splitWord appends word's pieces to ids when the cache splits such a word itself.
+func (w *WordCache) splitWord(word string, ids []uint32) ([]uint32, bool) {
+	if w.split == nil {
+		return ids, false
+	}
+	return w.split.split(word, ids)
+}
+
+// learnt is a word and its pieces, to keep.
+type learnt struct {
+	word   string
+	pieces []uint32
 }
 
 // Learn records the pieces of t's words from the tokenizer's answer for t: ids ([CLS], the
@@ -171,10 +236,6 @@ func (w *WordCache) Learn(t string, ids []uint32, offsets [][2]uint, maxTokens i
 	}
 	seq, offs := ids[1:len(ids)-1], offsets[1:len(ids)-1]
 	truncated := len(ids) >= maxTokens
-	type learnt struct {
-		word   string
-		pieces []uint32
-	}
 	found := make([]learnt, 0, 32)
 	k := 0 // the next piece
 	for start, end := nextWord(t, 0); start >= 0; start, end = nextWord(t, end) {
@@ -195,11 +256,20 @@ func (w *WordCache) Learn(t string, ids []uint32, offsets [][2]uint, maxTokens i
 	if k != len(seq) {
 		return // pieces after the last word: not the split assumed
 	}
+	w.learnt.Add(uint64(w.keep(found)))
+}
+
+// keep adds words and their pieces (owned by the cache from now on) to the cache, but for a
+// word learnt meanwhile by another text (or twice in one), and returns how many it added; a
+// cache that would pass maxBytes starts again.
+func (w *WordCache) keep(found []learnt) int {
+	added := 0
 	w.mu.Lock()
 	for _, f := range found {
 		if _, ok := w.words[f.word]; ok {
 			continue // learnt meanwhile by another text
 		}
+		added++
 		n := entryBytes(f.word, f.pieces)
 		if w.bytes+n > maxBytes {
 			w.words, w.bytes = map[string][]uint32{}, 0 // a new map: clear keeps the old one's slots
@@ -208,6 +278,7 @@ func (w *WordCache) Learn(t string, ids []uint32, offsets [][2]uint, maxTokens i
 		w.bytes += n
 	}
 	w.mu.Unlock()
+	return added
 }
 
 // entryBytes is what a word and its pieces cost in the cache's map: the key and the ids,

@@ -79,9 +79,13 @@ func TestWordCacheLearnsAndAnswers(t *testing.T) {
 	_, missing, ok = w.Encode("play "+long, 256, nil)
 	require.False(t, ok)
 	require.Empty(t, missing)
-	hits, misses := w.Stats()
-	require.Equal(t, uint64(3), hits)
-	require.Equal(t, uint64(3), misses)
+	st := w.Stats()
+	require.Equal(t, uint64(3), st.Answered)
+	require.Zero(t, st.Split, "no [UNK] in this vocabulary: no splitter")
+	require.Equal(t, uint64(2), st.Learnt) // play and ball
+	require.Equal(t, 2, st.Words)
+	w.NoteWhole()
+	require.Equal(t, uint64(1), w.Stats().Whole)
 }
 
 func TestWordCacheLearnsOnlyWhatTheAnswerShows(t *testing.T) {

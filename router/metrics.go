@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/triage-gw/triage/classifier"
 	"github.com/triage-gw/triage/decision"
 )
 
@@ -104,6 +105,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 			Name: "triage_cache_evictions_total",
 			Help: "Entries evicted from the result cache (ristretto's count).",
 		}, r.cache.evictions),
+		wordCacheCollector{r},
 	}
 	for _, c := range all {
 		if err := reg.Register(c); err != nil {
@@ -117,4 +119,51 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 func (m *metrics) setModel(version string) {
 	m.modelInfo.Reset()
 	m.modelInfo.WithLabelValues(version).Set(1)
+}
+
+// WordCacheStater is a Model whose tokenizer keeps a word cache (*onnx.Classifier): its
+// counts are exported as the triage_tokenizer_* series.
+type WordCacheStater interface {
+	WordCacheStats() (classifier.WordCacheStats, bool)
+}
+
+var (
+	tokTextsDesc = prometheus.NewDesc("triage_tokenizer_texts_total",
+		"Texts the classifier tokenized, by path: word_cache (read from the word cache, new words split or learnt on the way) or tokenizer (the HF tokenizer on the whole text: a word over 64 bytes, or a tokenizer the cache cannot reproduce). Kept across a reload that keeps the tokenizer.",
+		[]string{"path"}, nil)
+	tokWordsDesc = prometheus.NewDesc("triage_tokenizer_new_words_total",
+		"Words the word cache added, by who split them: word_cache (printable ASCII, split by the cache itself) or tokenizer (learnt from the HF tokenizer's answer).",
+		[]string{"by"}, nil)
+	tokCachedDesc = prometheus.NewDesc("triage_tokenizer_cached_words",
+		"Words the word cache holds now (it starts again empty at about 8 MiB).", nil, nil)
+)
+
+// wordCacheCollector reads the current model's word-cache counts at scrape time; it
+// reports nothing for a model without one.
+type wordCacheCollector struct{ r *Router }
+
+func (wordCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tokTextsDesc
+	ch <- tokWordsDesc
+	ch <- tokCachedDesc
+}
+
+func (c wordCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	l := c.r.models.peek()
+	if l == nil {
+		return
+	}
+	ws, ok := l.m.(WordCacheStater)
+	if !ok {
+		return
+	}
+	st, ok := ws.WordCacheStats()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(tokTextsDesc, prometheus.CounterValue, float64(st.Answered), "word_cache")
+	ch <- prometheus.MustNewConstMetric(tokTextsDesc, prometheus.CounterValue, float64(st.Whole), "tokenizer")
+	ch <- prometheus.MustNewConstMetric(tokWordsDesc, prometheus.CounterValue, float64(st.Split), "word_cache")
+	ch <- prometheus.MustNewConstMetric(tokWordsDesc, prometheus.CounterValue, float64(st.Learnt), "tokenizer")
+	ch <- prometheus.MustNewConstMetric(tokCachedDesc, prometheus.GaugeValue, float64(st.Words))
 }

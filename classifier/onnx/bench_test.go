@@ -151,7 +151,9 @@ func BenchmarkSpinning(b *testing.B) {
 // tokenization included ("tokenize+static": Tokenize then StaticScore, what
 // a cache miss costs before the band decides) and excluded ("static":
 // StaticScore on tokens made beforehand). "tokenize" is Tokenize alone, its
-// words in the word cache; "tokenize-uncached" the HF tokenizer alone.
+// words in the word cache; "tokenize-new-word" with one new word, split by the
+// cache, and "tokenize-new-word-learnt" learnt from the tokenizer; "tokenize-uncached"
+// the HF tokenizer alone.
 //
 //	go test -run '^$' -bench Static ./classifier/onnx/
 func BenchmarkStatic(b *testing.B) {
@@ -245,8 +247,26 @@ func BenchmarkStatic(b *testing.B) {
 			report(b)
 		})
 		b.Run(set.name+"/tokenize-new-word", func(b *testing.B) {
-			// Known words but one never seen (a number, a name): the word cache asks
-			// the tokenizer for that word alone.
+			// Known words but one never seen (a number, a name): the word cache splits
+			// it itself (printable ASCII).
+			for i := 0; i < b.N; i++ {
+				if _, err := c.Tokenize("n" + strconv.Itoa(i) + " " + set.texts[i%len(set.texts)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b)
+		})
+		b.Run(set.name+"/tokenize-new-word-learnt", func(b *testing.B) {
+			// The same, the word learnt from the tokenizer: a word the cache does not
+			// split (one of non-ASCII letters), or a cache that only learns.
+			w := c.words
+			c.words = mustWordCache(b, c)
+			c.words.LearnOnly()
+			defer func() { c.words = w }()
+			for _, t := range set.texts {
+				_, _ = c.Tokenize(t)
+			}
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if _, err := c.Tokenize("n" + strconv.Itoa(i) + " " + set.texts[i%len(set.texts)]); err != nil {
 					b.Fatal(err)

@@ -124,10 +124,7 @@ func (c *Classifier) loadTokenizer() error {
 		return fmt.Errorf("tokenizer %s: %w", path, err)
 	}
 	c.tok = tok
-	// The word cache reads the file as packaged (its truncation is set here, not there).
-	if c.words, err = classifier.NewWordCache(raw); err != nil {
-		c.words = nil
-	}
+	c.words = wordCacheFor(tokSHA, raw)
 	ids, _ := tok.Encode("[SEP]", false)
 	if len(ids) != 1 {
 		return fmt.Errorf("tokenizer %s: no [SEP] special token", path)
@@ -297,9 +294,47 @@ func (c *Classifier) encode(t string) ([]uint32, error) {
 		if ids, ok := c.encodeWords(t); ok {
 			return ids, nil
 		}
+		c.words.NoteWhole()
 	}
 	ids, _, _, err := c.tokenize(t, false)
 	return ids, err
+}
+
+// lastWords is the word cache of the tokenizer loaded last, by its sha256: a reload that
+// keeps the tokenizer (a new head, band or manifest) keeps the words learnt, so the first
+// requests after it are not all cache misses of the tokenizer too. One at a time: a reload
+// to another tokenizer drops the old one's words with the old classifier.
+var lastWords struct {
+	sync.Mutex
+	sha string
+	w   *classifier.WordCache
+}
+
+// wordCacheFor returns the word cache for the tokenizer whose tokenizer.json is raw
+// (sha256 sha): the last one made when it is the same tokenizer, else a new one; nil when
+// the tokenizer is not one the word cache can reproduce.
+func wordCacheFor(sha string, raw []byte) *classifier.WordCache {
+	lastWords.Lock()
+	defer lastWords.Unlock()
+	if lastWords.w != nil && lastWords.sha == sha {
+		return lastWords.w
+	}
+	w, err := classifier.NewWordCache(raw)
+	if err != nil {
+		return nil
+	}
+	lastWords.sha, lastWords.w = sha, w
+	return w
+}
+
+// WordCacheStats is what the tokenizer's word cache has done since it was made (a reload
+// that keeps the tokenizer keeps it and its counts), and false when the tokenizer is not
+// one it can reproduce.
+func (c *Classifier) WordCacheStats() (classifier.WordCacheStats, bool) {
+	if c.words == nil {
+		return classifier.WordCacheStats{}, false
+	}
+	return c.words.Stats(), true
 }
 
 // encodeWords tokenizes t through the word cache: the words it lacks are tokenized

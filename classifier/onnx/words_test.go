@@ -1,6 +1,8 @@
 package onnx
 
 import (
+	"bufio"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -74,18 +76,33 @@ func TestWordCacheIsExact(t *testing.T) {
 			ascii++
 		}
 	}
-	for pass := range 2 {
-		h0, _ := c.words.Stats()
-		for i, s := range texts {
-			got, err := c.encode(s)
-			require.NoError(t, err, "text %d", i)
-			require.Equal(t, whole(s), got, "pass %d, text %d: %q", pass, i, s)
+	// Both ways a new word gets its pieces: split by the cache itself (printable ASCII), or
+	// learnt from the tokenizer's answer for the words joined.
+	for _, mode := range []string{"split", "learn"} {
+		c.words = mustWordCache(t, c)
+		if mode == "learn" {
+			c.words.LearnOnly()
 		}
-		h1, _ := c.words.Stats()
-		t.Logf("pass %d: %d of %d texts (%d without a word over 64 bytes) answered by the word cache", pass, h1-h0, len(texts), ascii)
-		if pass == 1 {
-			// Every text was learnt in pass 0 but those a word over 64 bytes keeps out.
-			require.GreaterOrEqual(t, h1-h0, uint64(ascii), "the second pass must come from the cache")
+		for pass := range 2 {
+			st0 := c.words.Stats()
+			for i, s := range texts {
+				got, err := c.encode(s)
+				require.NoError(t, err, "text %d", i)
+				require.Equal(t, whole(s), got, "%s, pass %d, text %d: %q", mode, pass, i, s)
+			}
+			st1 := c.words.Stats()
+			h0, h1, s0, s1 := st0.Answered, st1.Answered, st0.Split, st1.Split
+			t.Logf("%s, pass %d: %d of %d texts (%d without a word over 64 bytes) answered by the word cache, %d new words split by it",
+				mode, pass, h1-h0, len(texts), ascii, s1-s0)
+			switch {
+			case pass == 1:
+				// Every text was learnt in pass 0 but those a word over 64 bytes keeps out.
+				require.GreaterOrEqual(t, h1-h0, uint64(ascii), "the second pass must come from the cache")
+			case mode == "split":
+				require.Greater(t, s1-s0, uint64(10000), "the cache splits the Dolly words itself")
+			default:
+				require.Zero(t, s1-s0)
+			}
 		}
 	}
 
@@ -126,7 +143,9 @@ func mustWordCache(t testing.TB, c *Classifier) *classifier.WordCache {
 
 // FuzzWordCache: for any text, encode through the word cache, with the text's words first
 // learnt in another text (the same words in reverse order), then with them learnt from the
-// text itself, gives what the HF tokenizer gives the whole text.
+// text itself, gives what the HF tokenizer gives the whole text; both with the cache
+// splitting words of printable ASCII itself and with it learning every word from the
+// tokenizer.
 func FuzzWordCache(f *testing.F) {
 	for _, s := range wordCacheEdges {
 		f.Add(s)
@@ -134,6 +153,8 @@ func FuzzWordCache(f *testing.F) {
 	f.Add("Name three birds. (ref r1-false-c1-3fa9b2c1-8e2d-123)")
 	f.Add("Summarize this. [SEP] The quick brown fox jumps over the lazy dog.")
 	c := newTestClassifier(f, "")
+	splitting, learning := c.words, mustWordCache(f, c)
+	learning.LearnOnly()
 	space := func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
 	f.Fuzz(func(t *testing.T, s string) {
 		if !utf8.ValidString(s) {
@@ -146,18 +167,21 @@ func FuzzWordCache(f *testing.F) {
 		want := c.tok.EncodeWithOptions(s, true).IDs
 		ws := strings.FieldsFunc(s, space)
 		slices.Reverse(ws)
-		if other := strings.Join(ws, " "); strings.TrimSpace(other) != "" {
-			if _, err := c.encode(other); err != nil {
-				t.Fatal(err)
+		for _, wc := range []*classifier.WordCache{splitting, learning} {
+			c.words = wc
+			if other := strings.Join(ws, " "); strings.TrimSpace(other) != "" {
+				if _, err := c.encode(other); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		for _, what := range []string{"words learnt elsewhere", "words learnt here"} {
-			got, err := c.encode(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got, want) {
-				t.Fatalf("%s: encode %v, tokenizer %v for %q", what, got, want, s)
+			for _, what := range []string{"words learnt elsewhere", "words learnt here"} {
+				got, err := c.encode(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s (learning only: %v): encode %v, tokenizer %v for %q", what, wc == learning, got, want, s)
+				}
 			}
 		}
 	})
@@ -180,4 +204,60 @@ func readTokenizerJSON(t testing.TB, c *Classifier) []byte {
 	raw, err := os.ReadFile(filepath.Join(c.cfg.EncoderDir, c.manifest.Encoder.TokenizerFile))
 	require.NoError(t, err)
 	return raw
+}
+
+// TestWordCacheSplitsLikeTheTokenizer holds the word cache's own splitting (the words of
+// printable ASCII it splits without the tokenizer) to the HF tokenizer word by word: every
+// distinct word of the Dolly data (instructions, contexts and responses of all eight
+// categories), 20,000 random words of printable ASCII weighted towards punctuation, digits
+// and capitals, and words built on WordPiece's edges. Each is given alone to a cache that
+// has not seen it, which must answer without the tokenizer and with the tokenizer's ids.
+func TestWordCacheSplitsLikeTheTokenizer(t *testing.T) {
+	c := newTestClassifier(t, "")
+	raw := readTokenizerJSON(t, c)
+	words := map[string]bool{}
+	f, err := os.Open(filepath.Join(repo, "../shared/datasets/dolly-15k-dev.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var r struct{ Instruction, Context, Response string }
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		for _, w := range strings.Fields(r.Instruction + " " + r.Context + " " + r.Response) {
+			words[w] = true
+		}
+	}
+	require.NoError(t, sc.Err())
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" +
+		"!\"#$%&'()*+,-./:;<=>?@\\]^_`{|}~##..--''"
+	rng := rand.New(rand.NewPCG(7, 11))
+	for range 20000 {
+		b := make([]byte, 1+rng.IntN(24))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		words[string(b)] = true
+	}
+	for _, w := range []string{"##ing", "#", "##", "unaffable", "UNAFFABLE", "xqzjv", "xqzjving",
+		"a1b2c3", "3.14159", "1,000,000", "$5", "50%", "e.g.", "U.S.A.", "don't", "C++", "node.js",
+		"https://example.com/a?b=c", "r1-false-c1-3fa9b2c1-8e2d-123)", strings.Repeat("z", 64),
+		strings.Repeat("ab", 32), strings.Repeat("9", 64), "~~~", "@user", "<tag>", "\\n", "`code`"} {
+		words[w] = true
+	}
+	wc, err := classifier.NewWordCache(raw)
+	require.NoError(t, err)
+	split, skipped := 0, 0
+	for w := range words { // distinct: each is new to wc
+		if len(w) > 64 || strings.ContainsFunc(w, func(r rune) bool { return r < '!' || r > '~' || r == '[' }) {
+			skipped++ // not a word the cache splits: the tokenizer's, as TestWordCacheIsExact checks
+			continue
+		}
+		got, missing, ok := wc.Encode(w, 512, nil)
+		require.True(t, ok, "%q: the cache splits a word of printable ASCII itself (missing %q)", w, missing)
+		require.Equal(t, c.tok.EncodeWithOptions(w, true).IDs, got, "%q", w)
+		split++
+	}
+	t.Logf("%d words split as the tokenizer splits them; %d left to the tokenizer", split, skipped)
+	require.Greater(t, split, 60000)
 }

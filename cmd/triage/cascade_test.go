@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -181,4 +183,56 @@ func TestLongHeadThroughTheGateway(t *testing.T) {
 	require.GreaterOrEqual(t, long, 20)
 	require.Positive(t, decided, "some long texts are decided by the first stage")
 	t.Logf("%d parity texts on the long head, %d decided by it", long, decided)
+}
+
+// TestWordCacheMetricsAndReload: the tokenizer's word cache is counted in /metrics (texts
+// read through it, words it split itself) and a reload that keeps the tokenizer keeps its
+// words and counts.
+func TestWordCacheMetricsAndReload(t *testing.T) {
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	url, rt := startGateway(t, cfg)
+	value := func(m, series string) float64 {
+		t.Helper()
+		for _, line := range strings.Split(m, "\n") {
+			if v, ok := strings.CutPrefix(line, series+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				return f
+			}
+		}
+		t.Fatalf("no series %s in /metrics", series)
+		return 0
+	}
+	const (
+		texts  = `triage_tokenizer_texts_total{path="word_cache"}`
+		whole  = `triage_tokenizer_texts_total{path="tokenizer"}`
+		split  = `triage_tokenizer_new_words_total{by="word_cache"}`
+		learnt = `triage_tokenizer_new_words_total{by="tokenizer"}`
+		words  = `triage_tokenizer_cached_words`
+	)
+	before := metricsText(t, url)
+	ctx := context.Background()
+	_, err := rt.Preview(ctx, "Summarize the zorblatt quarterly report for the Quixotic board.")
+	require.NoError(t, err)
+	_, err = rt.Preview(ctx, "Résumé naïve café: which are loanwords?") // words of non-ASCII: learnt from the tokenizer
+	require.NoError(t, err)
+	_, err = rt.Preview(ctx, "Classify "+strings.Repeat("x", 70)) // a word over 64 bytes: the tokenizer's
+	require.NoError(t, err)
+	after := metricsText(t, url)
+	require.Equal(t, value(before, texts)+2, value(after, texts))
+	require.Equal(t, value(before, whole)+1, value(after, whole))
+	require.GreaterOrEqual(t, value(after, split)-value(before, split), 5.0, "zorblatt, quarterly, ...: split by the cache")
+	require.GreaterOrEqual(t, value(after, learnt)-value(before, learnt), 3.0, "résumé, naïve, café")
+	require.Greater(t, value(after, words), value(before, words))
+
+	_, err = rt.Reload(ctx) // the same files: a new classifier all the same
+	require.NoError(t, err)
+	reloaded := metricsText(t, url)
+	require.GreaterOrEqual(t, value(reloaded, words), value(after, words), "the reload kept the words")
+	require.GreaterOrEqual(t, value(reloaded, texts), value(after, texts), "and the counts")
+	_, err = rt.Preview(ctx, "Summarize the zorblatt quarterly report for the Quixotic board. Thanks")
+	require.NoError(t, err)
+	last := metricsText(t, url)
+	require.Equal(t, value(reloaded, split)+1, value(last, split), "only Thanks was new")
 }

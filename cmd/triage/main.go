@@ -317,10 +317,11 @@ func installRoot() string {
 // interfaces, so that everything but this program and classifier/onnx builds without the
 // model runtime (CGO_ENABLED=0).
 var (
-	_ router.Model        = (*onnx.Classifier)(nil)
-	_ router.Staged       = (*onnx.Classifier)(nil)
-	_ router.InBandScorer = (*onnx.Classifier)(nil)
-	_ router.Filtered     = (*onnx.Classifier)(nil)
+	_ router.Model           = (*onnx.Classifier)(nil)
+	_ router.Staged          = (*onnx.Classifier)(nil)
+	_ router.InBandScorer    = (*onnx.Classifier)(nil)
+	_ router.Filtered        = (*onnx.Classifier)(nil)
+	_ router.WordCacheStater = (*onnx.Classifier)(nil)
 )
 
 // loadClassifier builds the real model; a failed load must not yield a typed nil.
