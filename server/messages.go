@@ -57,71 +57,33 @@ func (s *Server) handleMessages(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
-	user := routingKey(in.user)
-	session := routingKey(strings.Clone(c.Get(HeaderSession)))
-	if session == "" {
-		session = user
-	}
-	header, err := messagesForwardedHeader(c)
+	x, err := s.newExchange(c, rq, in.user, in.prompt, messagesForwardedHeader)
 	if err != nil {
 		return err
 	}
-	target, err := sloTarget(c)
-	if err != nil {
+	defer x.end()
+	if err := x.route(s, in.model, in.text.input); err != nil {
 		return err
 	}
-
-	dl := s.newDeadline()
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			dl.end()
-		}
-	}()
-	r, err := s.routeModel(dl.ctx, rq, in.model, in.text.input)
-	if err != nil {
-		return dl.err(err)
-	}
-	defer func() {
-		if !handedOff {
-			r.Release()
-		}
-	}()
-	setRouteHeaders(c, rq, &r)
-
-	native := r.Pool.Serves(upstream.APIMessages)
+	native := x.r.Pool.Serves(upstream.APIMessages)
 	path, fwd := "/v1/messages", body
 	var treq translate.MessagesRequest
 	if !native {
-		if fwd, treq, err = translate.MessagesToChat(body, r.Pool.AskStreamUsage()); err != nil {
+		if fwd, treq, err = translate.MessagesToChat(body, x.r.Pool.AskStreamUsage()); err != nil {
 			return badRequest("invalid_body", "", "%v", err)
 		}
 		path = "/v1/chat/completions"
 		c.Set(HeaderTranslated, "chat")
 	}
-	// As in proxy: until the handler returns, a client that leaves cancels the upstream request.
-	dl.watchClient(c.Context().Conn())
-	defer dl.unwatchClient()
-	resp, err := r.Pool.Do(dl.ctx, &upstream.ForwardRequest{
-		Method:   http.MethodPost,
-		Path:     path,
-		Header:   header,
-		Body:     fwd,
-		SetModel: true,
-		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session, TTFTTarget: target},
-	})
+	resp, err := x.forward(path, fwd)
 	if err != nil {
-		if id := failedReplica(err); id != "" {
-			c.Set(HeaderReplica, id)
-		}
-		return dl.err(err)
+		return err
 	}
-	c.Set(HeaderReplica, resp.ReplicaID)
 	eventStream := resp.Status == http.StatusOK && isEventStream(resp.Header.Get("Content-Type"))
 	if in.stream && eventStream {
-		dl.stopTimer() // from here the pool's stream-idle timeout bounds the stream
+		x.dl.stopTimer() // from here the pool's stream-idle timeout bounds the stream
 	}
-	st := s.newStream(c, rq, dl, &r, resp)
+	st := x.stream(s, resp)
 	onBreak := func(err error) []byte {
 		st.reported = true // errorResponse logs it
 		return messagesErrorEvent(errorResponse(err, s.log))
@@ -133,15 +95,14 @@ func (s *Server) handleMessages(c *fiber.Ctx, rq *request) error {
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
 	case native:
-		b, err := readAnswer(c, resp, r.Pool.Name())
+		b, err := readAnswer(c, resp, x.r.Pool.Name())
 		if err != nil {
 			resp.Body.Close()
-			return dl.err(err)
+			return x.dl.err(err)
 		}
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
-		handedOff = true
-		sendAnswer(c, rq, st, b)
+		x.sendAnswer(st, b)
 		return nil
 	case eventStream:
 		ts := translate.NewStream(resp.Body, treq)
@@ -150,27 +111,25 @@ func (s *Server) handleMessages(c *fiber.Ctx, rq *request) error {
 		c.Status(http.StatusOK)
 		copyResponseHeader(c, resp.Header)
 	default:
-		b, err := readAnswer(c, resp, r.Pool.Name())
+		b, err := readAnswer(c, resp, x.r.Pool.Name())
 		if err != nil {
 			resp.Body.Close()
-			return dl.err(err)
+			return x.dl.err(err)
 		}
 		out := translate.ChatErrorToMessages(resp.Status, b)
 		if resp.Status >= 200 && resp.Status < 300 {
 			if out, err = translate.ChatToMessage(b, treq); err != nil {
 				resp.Body.Close()
-				return s.untranslatable(r.Pool.Name(), resp.ReplicaID, "message", err)
+				return s.untranslatable(x.r.Pool.Name(), resp.ReplicaID, "message", err)
 			}
 		}
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-		handedOff = true
-		sendAnswer(c, rq, st, out)
+		x.sendAnswer(st, out)
 		return nil
 	}
-	handedOff = true
-	sendStream(c, rq, st)
+	x.sendStream(st)
 	return nil
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/triage-gw/triage/upstream"
-	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // handleChat proxies POST /v1/chat/completions.
@@ -71,107 +70,49 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 			return err
 		}
 	}
-	// Copied (fiber reuses request memory) and bounded in bytes (the policies keep them).
-	user := routingKey(in.user)
-	session := routingKey(strings.Clone(c.Get(HeaderSession)))
-	if session == "" {
-		session = user
-	}
-	header, err := forwardedHeader(c)
+	x, err := s.newExchange(c, rq, in.user, in.prompt, forwardedHeader)
 	if err != nil {
 		return err
 	}
-	target, err := sloTarget(c)
-	if err != nil {
+	defer x.end()
+	if err := x.route(s, in.model, in.text.input); err != nil {
 		return err
 	}
-
-	dl := s.newDeadline()
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			dl.end()
-		}
-	}()
-	r, err := s.routeModel(dl.ctx, rq, in.model, in.text.input)
-	if err != nil {
-		return dl.err(err)
-	}
-	defer func() {
-		if !handedOff {
-			r.Release()
-		}
-	}()
-	setRouteHeaders(c, rq, &r)
 	// A stream whose client did not ask for usage is sent asking for it, so its tokens are
 	// counted like every other request's: most clients never ask, and the alternative, counting
 	// chunks, misses the prompt tokens and miscounts servers that send several tokens a chunk.
 	// The chunk that brings the usage is dropped before the client sees it (the stream it
 	// asked for, byte for byte otherwise). pools.*.ask_stream_usage turns it off for servers
 	// that refuse stream_options.
-	askedUsage := in.stream && !in.includeUsage && in.usageAskable && r.Pool.AskStreamUsage()
+	askedUsage := in.stream && !in.includeUsage && in.usageAskable && x.r.Pool.AskStreamUsage()
 	if askedUsage {
 		if body, err = withStreamUsage(body); err != nil {
 			return err
 		}
 	}
-	// From here until the handler returns the client's connection is not read: the watcher
-	// looks at it instead, so a client that leaves cancels the upstream request.
-	dl.watchClient(c.Context().Conn())
-	defer dl.unwatchClient()
-	resp, err := r.Pool.Do(dl.ctx, &upstream.ForwardRequest{
-		Method:   http.MethodPost,
-		Path:     path,
-		Header:   header,
-		Body:     body,
-		SetModel: true,
-		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session, TTFTTarget: target},
-	})
+	resp, err := x.forward(path, body)
 	if err != nil {
-		if id := failedReplica(err); id != "" {
-			c.Set(HeaderReplica, id)
-		}
-		return dl.err(err)
+		return err
 	}
 	if in.stream {
 		// Headers are here; from now on the pool's stream-idle timeout bounds the stream.
-		dl.stopTimer()
+		x.dl.stopTimer()
 	}
-	c.Set(HeaderReplica, resp.ReplicaID)
 	if resp.Predicted {
 		c.Set(HeaderPredictedCached, strconv.Itoa(resp.PredictedCachedTokens))
 		c.Set(HeaderPendingCached, strconv.Itoa(resp.PendingCachedTokens))
 	}
 	setDisaggHeaders(c, resp)
-	var src io.Reader = resp.Body
+	st := x.stream(s, resp)
 	size := -1 // unknown: fasthttp writes the body chunked
 	if !in.stream && !isEventStream(resp.Header.Get("Content-Type")) {
-		if src, size, err = s.prefetch(c, resp); err != nil {
+		if st.src, size, err = s.prefetch(c, resp); err != nil {
 			resp.Body.Close()
-			return dl.err(err)
+			return x.dl.err(err)
 		}
 	}
 	c.Status(resp.Status)
 	copyResponseHeader(c, resp.Header)
-	st := &stream{
-		body:    resp.Body,
-		src:     src,
-		log:     s.log,
-		pool:    r.Pool.Name(),
-		replica: resp.ReplicaID,
-		conn:    c.Context().Conn(),
-		stall:   s.cfg.HTTP.WriteStallTimeout,
-		stalled: s.m.writeStalls,
-		done: func() {
-			// The body is closed by now: the replica's usage, if it sent one, has been read.
-			if u, ok := resp.Usage(); ok {
-				r.Used(u)
-			}
-			r.Release()
-			dl.end()
-			rq.finish()
-		},
-	}
 	if resp.Status == http.StatusOK && isEventStream(resp.Header.Get("Content-Type")) {
 		st.sse = newSSEFramer(resp.Body, func(err error) []byte {
 			st.reported = true // errorResponse logs it
@@ -182,15 +123,9 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 		}
 		st.src = st.sse
 	}
-	handedOff = true
-	rq.deferred = true
-	// fasthttp writes a body stream of unknown size chunked, flushing after every Read, so
-	// SSE events pass through as the replica sends them; a prefetched answer's size is known,
-	// so it goes out with a Content-Length, headers and body in one write (chunked, the
-	// terminating chunk was a second write the client waited for). fasthttp closes the stream
-	// when the response is written, when writing fails (client gone) and when the response is
-	// reset.
-	c.Response().SetBodyStream(st, size)
+	// A prefetched answer's size is known, so it goes out with a Content-Length, headers and
+	// body in one write.
+	x.sendBody(st, size)
 	return nil
 }
 

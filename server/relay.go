@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"io"
 	"strconv"
 
@@ -34,23 +33,6 @@ func (s *Server) newStream(c *fiber.Ctx, rq *request, dl *deadline, r *router.Ro
 			rq.finish()
 		},
 	}
-}
-
-// sendStream hands st to fasthttp as the response body; the request's accounting is st's from
-// here on.
-func sendStream(c *fiber.Ctx, rq *request, st *stream) {
-	rq.deferred = true
-	c.Response().SetBodyStream(st, -1)
-}
-
-// sendAnswer is sendStream for an answer read whole (b): it goes out with its
-// Content-Length, headers and body in one write, not chunked (whose terminating chunk was a
-// second write the client waited for). st, holding the replica's body, is still closed
-// after the write, which ends the request's accounting.
-func sendAnswer(c *fiber.Ctx, rq *request, st *stream, b []byte) {
-	st.src = bytes.NewReader(b)
-	rq.deferred = true
-	c.Response().SetBodyStream(st, len(b))
 }
 
 // readAnswer reads a non-streamed answer whole (up to maxPrefetch; a longer one is an

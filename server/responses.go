@@ -11,10 +11,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/translate"
 	"github.com/triage-gw/triage/upstream"
-	"github.com/triage-gw/triage/upstream/policy"
 )
 
 // HeaderAffinity is set on a Responses request sent to the replica that holds its state:
@@ -62,105 +60,69 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
-	user := routingKey(in.user)
-	session := routingKey(strings.Clone(c.Get(HeaderSession)))
-	if session == "" {
-		session = user
-	}
-	header, err := forwardedHeader(c)
+	x, err := s.newExchange(c, rq, in.user, in.prompt, forwardedHeader)
 	if err != nil {
 		return err
 	}
-	target, err := sloTarget(c)
-	if err != nil {
-		return err
-	}
+	defer x.end()
 	var home responseHome
 	if in.previous != "" {
+		// A continuation goes where its previous response is stored, whatever it says.
 		var ok bool
-		if home, ok = s.responses.Get(c.UserContext(), in.previous); !ok || s.poolNamed(home.Pool) == nil {
+		var pool *upstream.Pool
+		if home, ok = s.responses.Get(c.UserContext(), in.previous); ok {
+			pool = s.poolNamed(home.Pool)
+		}
+		if pool == nil {
 			return responseNotFound(in.previous, "previous_response_id")
 		}
-	}
-
-	dl := s.newDeadline()
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			dl.end()
-		}
-	}()
-	var r router.Route
-	if in.previous != "" {
-		pool := s.poolNamed(home.Pool)
-		if r, err = s.router.Pin(pool == s.slow); err != nil {
-			return dl.err(err)
+		r, err := s.router.Pin(pool == s.slow)
+		if err != nil {
+			return x.dl.err(err)
 		}
 		s.m.routerLatency.Observe(r.Decided.Sub(rq.arrival).Seconds())
-	} else if r, err = s.routeModel(dl.ctx, rq, in.model, in.text.input); err != nil {
-		return dl.err(err)
+		x.setRoute(r)
+	} else if err := x.route(s, in.model, in.text.input); err != nil {
+		return err
 	}
-	defer func() {
-		if !handedOff {
-			r.Release()
-		}
-	}()
-	setRouteHeaders(c, rq, &r)
 	// A continuation's pool stored its previous response, so it speaks the API: a translated
 	// response is never recorded.
-	native := in.previous != "" || r.Pool.Serves(upstream.APIResponses)
+	native := in.previous != "" || x.r.Pool.Serves(upstream.APIResponses)
 	path, fwd := "/v1/responses", body
 	var treq translate.ResponsesRequest
 	if !native {
-		if fwd, treq, err = translate.ResponsesToChat(body, r.Pool.AskStreamUsage()); err != nil {
+		if fwd, treq, err = translate.ResponsesToChat(body, x.r.Pool.AskStreamUsage()); err != nil {
 			if u, ok := errors.AsType[*translate.Untranslatable](err); ok {
 				return &apiError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: "api_not_supported", param: u.Param,
 					message: fmt.Sprintf("%s: the request was routed to pool %s, whose replicas do not serve the Responses API (pools.%s.apis), so it is translated to chat completions, where this field has no form",
-						u.Error(), r.Pool.Name(), r.Pool.Name())}
+						u.Error(), x.r.Pool.Name(), x.r.Pool.Name())}
 			}
 			return badRequest("invalid_body", "", "%v", err)
 		}
 		path = "/v1/chat/completions"
 		c.Set(HeaderTranslated, "chat")
 	}
-	fr := &upstream.ForwardRequest{
-		Method:   http.MethodPost,
-		Path:     path,
-		Header:   header,
-		Body:     fwd,
-		SetModel: true,
-		Routing:  policy.Request{Prompt: in.prompt, InputTokens: len(in.prompt) / 4, User: user, Session: session, TTFTTarget: target},
-	}
 	var resp *upstream.Response
-	// As in proxy: until the handler returns, a client that leaves cancels the upstream request.
-	dl.watchClient(c.Context().Conn())
-	defer dl.unwatchClient()
 	if in.previous != "" {
 		c.Set(HeaderAffinity, "previous_response_id")
-		resp, err = r.Pool.DoOn(dl.ctx, home.Replica, fr)
-		if err != nil {
+		x.watchClient()
+		if resp, err = x.r.Pool.DoOn(x.dl.ctx, home.Replica, x.request(path, fwd)); err != nil {
 			c.Set(HeaderReplica, home.Replica) // whatever the failure, the one replica it could go to
+			return x.dl.err(homeUnavailable(err, in.previous, "previous_response_id", home))
 		}
-		err = homeUnavailable(err, in.previous, "previous_response_id", home)
-	} else {
-		resp, err = r.Pool.Do(dl.ctx, fr)
+		c.Set(HeaderReplica, resp.ReplicaID)
+	} else if resp, err = x.forward(path, fwd); err != nil {
+		return err
 	}
-	if err != nil {
-		if id := failedReplica(err); id != "" {
-			c.Set(HeaderReplica, id)
-		}
-		return dl.err(err)
-	}
-	c.Set(HeaderReplica, resp.ReplicaID)
-	at := responseHome{Pool: r.Pool.Name(), Replica: resp.ReplicaID}
-	st := s.newStream(c, rq, dl, &r, resp)
+	at := responseHome{Pool: x.r.Pool.Name(), Replica: resp.ReplicaID}
+	st := x.stream(s, resp)
 	eventStream := resp.Status == http.StatusOK && isEventStream(resp.Header.Get("Content-Type"))
 	if !native {
-		return s.sendTranslatedResponse(c, rq, dl, &r, resp, st, treq, eventStream, in.stream, &handedOff)
+		return s.sendTranslatedResponse(x, resp, st, treq, eventStream, in.stream)
 	}
 	if eventStream {
 		if in.stream {
-			dl.stopTimer()
+			x.dl.stopTimer()
 		}
 		st.sse = newSSEFramer(resp.Body, func(err error) []byte {
 			st.reported = true
@@ -181,10 +143,10 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 		}
 		st.src = st.sse
 	} else {
-		b, err := readAnswer(c, resp, r.Pool.Name())
+		b, err := readAnswer(c, resp, x.r.Pool.Name())
 		if err != nil {
 			resp.Body.Close()
-			return dl.err(err)
+			return x.dl.err(err)
 		}
 		if in.store && resp.Status >= 200 && resp.Status < 300 {
 			var v struct {
@@ -196,14 +158,12 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 		}
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
-		handedOff = true
-		sendAnswer(c, rq, st, b)
+		x.sendAnswer(st, b)
 		return nil
 	}
 	c.Status(resp.Status)
 	copyResponseHeader(c, resp.Header)
-	handedOff = true
-	sendStream(c, rq, st)
+	x.sendStream(st)
 	return nil
 }
 
@@ -211,11 +171,12 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 // completion: the chat answer translated back (translate.ChatToResponse, or a
 // translate.ResponsesStream for a stream), a chat error passed on as it is (both APIs share
 // the OpenAI error shape). Nothing is recorded for affinity: the replica stored nothing.
-func (s *Server) sendTranslatedResponse(c *fiber.Ctx, rq *request, dl *deadline, r *router.Route, resp *upstream.Response,
-	st *stream, treq translate.ResponsesRequest, eventStream, streamed bool, handedOff *bool) error {
+func (s *Server) sendTranslatedResponse(x *exchange, resp *upstream.Response, st *stream, treq translate.ResponsesRequest,
+	eventStream, streamed bool) error {
+	c := x.c
 	if eventStream {
 		if streamed {
-			dl.stopTimer() // from here the pool's stream-idle timeout bounds the stream
+			x.dl.stopTimer() // from here the pool's stream-idle timeout bounds the stream
 		}
 		ts := translate.NewResponsesStream(resp.Body, treq)
 		ts.OnBreak = func(err error) []byte {
@@ -226,26 +187,24 @@ func (s *Server) sendTranslatedResponse(c *fiber.Ctx, rq *request, dl *deadline,
 		c.Status(http.StatusOK)
 		copyResponseHeader(c, resp.Header)
 	} else {
-		b, err := readAnswer(c, resp, r.Pool.Name())
+		b, err := readAnswer(c, resp, x.r.Pool.Name())
 		if err != nil {
 			resp.Body.Close()
-			return dl.err(err)
+			return x.dl.err(err)
 		}
 		if resp.Status >= 200 && resp.Status < 300 {
 			if b, err = translate.ChatToResponse(b, treq); err != nil {
 				resp.Body.Close()
-				return s.untranslatable(r.Pool.Name(), resp.ReplicaID, "response", err)
+				return s.untranslatable(x.r.Pool.Name(), resp.ReplicaID, "response", err)
 			}
 		}
 		c.Status(resp.Status)
 		copyResponseHeader(c, resp.Header)
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-		*handedOff = true
-		sendAnswer(c, rq, st, b)
+		x.sendAnswer(st, b)
 		return nil
 	}
-	*handedOff = true
-	sendStream(c, rq, st)
+	x.sendStream(st)
 	return nil
 }
 
