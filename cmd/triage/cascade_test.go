@@ -213,17 +213,18 @@ func TestWordCacheMetricsAndReload(t *testing.T) {
 	)
 	before := metricsText(t, url)
 	ctx := context.Background()
-	_, err := rt.Preview(ctx, "Summarize the zorblatt quarterly report for the Quixotic board.")
+	// Made-up words: no other test of this process has put them in the (shared) word cache.
+	_, err := rt.Preview(ctx, "Summarize the zorblatt quixotrel for the fnargle blorptastic wugwump.")
 	require.NoError(t, err)
-	_, err = rt.Preview(ctx, "Résumé naïve café: which are loanwords?") // words of non-ASCII: learnt from the tokenizer
+	_, err = rt.Preview(ctx, "Is zürbelq naïvorp cafébrix? Answer.") // words of non-ASCII: learnt from the tokenizer
 	require.NoError(t, err)
 	_, err = rt.Preview(ctx, "Classify "+strings.Repeat("x", 70)) // a word over 64 bytes: the tokenizer's
 	require.NoError(t, err)
 	after := metricsText(t, url)
 	require.Equal(t, value(before, texts)+2, value(after, texts))
 	require.Equal(t, value(before, whole)+1, value(after, whole))
-	require.GreaterOrEqual(t, value(after, split)-value(before, split), 5.0, "zorblatt, quarterly, ...: split by the cache")
-	require.GreaterOrEqual(t, value(after, learnt)-value(before, learnt), 3.0, "résumé, naïve, café")
+	require.GreaterOrEqual(t, value(after, split)-value(before, split), 5.0, "zorblatt, quixotrel, ...: split by the cache")
+	require.GreaterOrEqual(t, value(after, learnt)-value(before, learnt), 3.0, "zürbelq, naïvorp, cafébrix?")
 	require.Greater(t, value(after, words), value(before, words))
 
 	_, err = rt.Reload(ctx) // the same files: a new classifier all the same
@@ -231,8 +232,8 @@ func TestWordCacheMetricsAndReload(t *testing.T) {
 	reloaded := metricsText(t, url)
 	require.GreaterOrEqual(t, value(reloaded, words), value(after, words), "the reload kept the words")
 	require.GreaterOrEqual(t, value(reloaded, texts), value(after, texts), "and the counts")
-	_, err = rt.Preview(ctx, "Summarize the zorblatt quarterly report for the Quixotic board. Thanks")
+	_, err = rt.Preview(ctx, "Summarize the zorblatt quixotrel for the fnargle blorptastic wugwump. Qwertzuio")
 	require.NoError(t, err)
 	last := metricsText(t, url)
-	require.Equal(t, value(reloaded, split)+1, value(last, split), "only Thanks was new")
+	require.Equal(t, value(reloaded, split)+1, value(last, split), "only Qwertzuio was new")
 }
