@@ -129,7 +129,7 @@ type WordCacheStater interface {
 
 var (
 	tokTextsDesc = prometheus.NewDesc("triage_tokenizer_texts_total",
-		"Texts the classifier tokenized, by path: word_cache (read from the word cache, new words split or learnt on the way) or tokenizer (the HF tokenizer on the whole text: a word over 64 bytes, or a tokenizer the cache cannot reproduce). Kept across a reload that keeps the tokenizer.",
+		"Texts the classifier tokenized, by path: word_cache (read from the word cache, new words split or learnt on the way) or tokenizer (the HF tokenizer on the whole text: one with a word over 64 bytes, or new words still missing after a few rounds). Kept across a reload that keeps the tokenizer; absent when the tokenizer is not one the cache can reproduce.",
 		[]string{"path"}, nil)
 	tokWordsDesc = prometheus.NewDesc("triage_tokenizer_new_words_total",
 		"Words the word cache added, by who split them: word_cache (printable ASCII, split by the cache itself) or tokenizer (learnt from the HF tokenizer's answer).",

@@ -337,9 +337,9 @@ func (c *Classifier) WordCacheStats() (classifier.WordCacheStats, bool) {
 	return c.words.Stats(), true
 }
 
-// encodeWords tokenizes t through the word cache: the words it lacks are tokenized
-// together, one call of the HF tokenizer for all of them, and learnt; then t is read from
-// the cache. A text with a word the cache does not keep is the tokenizer's (false), and so
+// encodeWords tokenizes t through the word cache: the cache splits new words of printable
+// ASCII itself; the other words it lacks are tokenized together, one call of the HF
+// tokenizer for all of them, and learnt; then t is read from the cache. A text with a word the cache does not keep is the tokenizer's (false), and so
 // is one still not read after a few rounds (a long text of new words, learnt a part at a
 // time, or a cache that started again between learning and reading).
 func (c *Classifier) encodeWords(t string) ([]uint32, bool) {
