@@ -24,8 +24,8 @@ import (
 //     or one with a position no piece matches, is the unknown token alone.
 //
 // A word that holds an added token's first byte ('[' for BERT's [SEP]) is left to the
-// tokenizer, which matches added tokens before it normalises. TestWordPieceIsExact and
-// TestWordCacheIsExact (package onnx) hold this to the HF tokenizer on every word of the
+// tokenizer, which matches added tokens before it normalises. TestWordCacheSplitsLikeTheTokenizer
+// and TestWordCacheIsExact (package onnx) hold this to the HF tokenizer on every word of the
 // Dolly data and on words built to sit on its edges, and FuzzWordCache on fuzzed ones.
 type wordPiece struct {
 	first, cont map[string]uint32 // the vocabulary: word-initial pieces, and "##" pieces without the prefix
