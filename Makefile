@@ -79,7 +79,7 @@ test-pure: setup-redis
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m $(filter-out %/deploy,$(PURE_PKGS))
 
 # Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
-# target after the other (18 targets: about 4 minutes at 10s, builds included; internal/archtest
+# target after the other (23 targets: about 5 minutes at 10s, builds included; internal/archtest
 # checks that this list names every Fuzz function in the tree). Each target's
 # seeds (and any crasher committed under <package>/testdata/fuzz/) also run in every plain
 # `go test`. New coverage is minimized for at most 2s so the time goes to fuzzing. A crasher
@@ -95,7 +95,7 @@ FUZZ_TARGETS := \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
 	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation classifier:FuzzFilterNoise \
 	internal/jsonscan:FuzzAgreesWithEncodingJSON server:FuzzObjectFieldsAgree server:FuzzSplicedBodies \
-	classifier/onnx:FuzzWordCache
+	classifier/onnx:FuzzWordCache upstream:FuzzUsageReaders
 
 ## fuzz every Fuzz target for FUZZTIME (10s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup

@@ -317,6 +317,18 @@ func tokenEvent(data []byte) bool {
 	if !bytes.Contains(data, []byte(`"type"`)) {
 		return true // the cheap test first: chat chunks without tool calls pass here
 	}
+	typ, st := scanEventType(data)
+	switch {
+	case st == scanFallBack:
+		return tokenEventJSON(data)
+	case st == scanNone || len(typ) == 0:
+		return true
+	}
+	return string(typ) == "content_block_delta" || bytes.HasSuffix(typ, []byte(".delta"))
+}
+
+// tokenEventJSON is tokenEvent's read with encoding/json (see parseUsageJSON).
+func tokenEventJSON(data []byte) bool {
 	var v struct {
 		Type string `json:"type"`
 	}

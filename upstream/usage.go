@@ -43,6 +43,18 @@ type usageJSON struct {
 // Responses API reports input_tokens (cached ones included) and
 // output_tokens.
 func parseUsage(doc []byte) (u Usage, full, completion bool) {
+	switch vals, st := scanUsage(doc); st {
+	case scanRead:
+		return vals.usage()
+	case scanNone:
+		return Usage{}, false, false
+	}
+	return parseUsageJSON(doc)
+}
+
+// parseUsageJSON is parseUsage with encoding/json: the reference the fast read is held to,
+// and its fallback for names only encoding/json's rules match (usagescan.go).
+func parseUsageJSON(doc []byte) (u Usage, full, completion bool) {
 	type nested struct {
 		Usage *usageJSON `json:"usage"`
 	}
@@ -64,6 +76,11 @@ func parseUsage(doc []byte) (u Usage, full, completion bool) {
 	default:
 		return Usage{}, false, false
 	}
+	return uj.usage()
+}
+
+// usage maps the fields given to a Usage (see parseUsage).
+func (uj *usageJSON) usage() (u Usage, full, completion bool) {
 	p, c := uj.PromptTokens, uj.CompletionTokens
 	if c == nil {
 		c = uj.OutputTokens
@@ -97,6 +114,14 @@ func IsUsageChunk(data []byte) bool {
 	if !bytes.Contains(data, []byte(`"usage"`)) {
 		return false // the cheap test first: every token chunk passes here
 	}
+	if is, fallBack := scanUsageChunk(data); !fallBack {
+		return is
+	}
+	return isUsageChunkJSON(data)
+}
+
+// isUsageChunkJSON is IsUsageChunk's read with encoding/json (see parseUsageJSON).
+func isUsageChunkJSON(data []byte) bool {
 	var v struct {
 		Choices *[]json.RawMessage `json:"choices"`
 		Usage   json.RawMessage    `json:"usage"`

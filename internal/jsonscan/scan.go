@@ -462,6 +462,36 @@ func Members(obj []byte) []Member {
 	return out
 }
 
+// EachMember calls f with the name (quoted, escapes unresolved: Text resolves them) and the
+// value of each member of an object that has been read already (see Members), in order,
+// until f returns false. Unlike Members it allocates nothing: for a reader that looks at a
+// few names of a small object, such as a replica's usage report.
+func EachMember(obj []byte, f func(name, value []byte) bool) {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return
+	}
+	i = skipSpace(obj, i+1)
+	for i < len(obj) && obj[i] == '"' {
+		end := validStringEnd(obj, i)
+		name := obj[i:end:end]
+		i = skipSpace(obj, end)
+		if i >= len(obj) || obj[i] != ':' {
+			return
+		}
+		start := skipSpace(obj, i+1)
+		i = validEnd(obj, start)
+		if !f(name, obj[start:i:i]) {
+			return
+		}
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != ',' {
+			return
+		}
+		i = skipSpace(obj, i+1)
+	}
+}
+
 // Elements returns the elements of an array that has been read already (see Members).
 func Elements(arr []byte) [][]byte {
 	i := skipSpace(arr, 0)

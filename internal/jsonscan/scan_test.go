@@ -66,6 +66,16 @@ func check(t *testing.T, data []byte) {
 		want := decoderMembers(t, data)
 		require.Len(t, members, len(want))
 		require.Equal(t, members, Members(data), "Members agrees with Object on a valid object")
+		k := 0
+		EachMember(data, func(name, value []byte) bool {
+			require.Less(t, k, len(members))
+			require.Equal(t, string(data[members[k].NameStart:validStringEnd(data, members[k].NameStart)]), string(name), "EachMember's names are Object's, quoted")
+			require.Equal(t, members[k].Name, Text(name))
+			require.Equal(t, string(members[k].Value), string(value))
+			k++
+			return true
+		})
+		require.Equal(t, len(members), k, "EachMember visits every member")
 		for k, m := range members {
 			if utf8.Valid(data) { // encoding/json replaces invalid UTF-8; the gateway refuses it first
 				require.Equal(t, want[k][0], m.Name)
