@@ -104,13 +104,30 @@ func setServerTiming(c *fiber.Ctx, r *router.Route) {
 	if r.Shared {
 		desc = "hit-shared"
 	}
-	c.Set(fiber.HeaderServerTiming, fmt.Sprintf(`cache;desc="%s";dur=%s, static;dur=%s, queue;dur=%s, inference;dur=%s, decision;dur=%s, stage;desc="%s"`,
-		desc, millis(r.CacheTime), millis(r.Static), millis(r.Queue), millis(r.Inference), millis(r.DecideTime), r.Stage))
+	// Appended into one buffer: fmt.Sprintf and five strings took 6 µs of a cache hit's
+	// 90 in the handler (BenchmarkProxyChatHit's profile). fasthttp copies the value.
+	var arr [224]byte
+	b := append(arr[:0], `cache;desc="`...)
+	b = append(b, desc...)
+	for _, e := range []struct {
+		name string
+		d    time.Duration
+	}{{`";dur=`, r.CacheTime}, {`, static;dur=`, r.Static}, {`, queue;dur=`, r.Queue},
+		{`, inference;dur=`, r.Inference}, {`, decision;dur=`, r.DecideTime}} {
+		b = appendMillis(append(b, e.name...), e.d)
+	}
+	b = append(append(append(b, `, stage;desc="`...), r.Stage.String()...), '"')
+	c.Response().Header.SetBytesV(fiber.HeaderServerTiming, b)
 }
 
 // millis formats d in milliseconds with microsecond precision ("0.734").
 func millis(d time.Duration) string {
-	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+	return string(appendMillis(nil, d))
+}
+
+// appendMillis appends millis(d) to b.
+func appendMillis(b []byte, d time.Duration) []byte {
+	return strconv.AppendFloat(b, float64(d)/float64(time.Millisecond), 'f', 3, 64)
 }
 
 // deadline bounds one request by server.request_timeout. Unlike context.WithTimeout its timer

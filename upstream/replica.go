@@ -98,6 +98,7 @@ type replica struct {
 	id      string
 	model   string
 	base    *url.URL
+	prefix  string            // base as a string, without a trailing slash: what endpoint joins
 	headers map[string]string // canonical names
 	weight  float64
 	role    string // RolePrefill, RoleDecode or RoleBoth
@@ -127,6 +128,7 @@ func newReplica(id string, rc ReplicaConfig, poolModel, poolEngine string) *repl
 		id:      id,
 		model:   rc.Model,
 		base:    u,
+		prefix:  strings.TrimSuffix(u.String(), "/"),
 		headers: make(map[string]string, len(rc.Headers)),
 		weight:  rc.Weight,
 		role:    rc.role(),
@@ -172,7 +174,7 @@ func (r *replica) engineSetting() string {
 // endpoint joins the replica's base URL and an absolute request path, which
 // may carry a query ("/v1/models?x=1").
 func (r *replica) endpoint(path string) string {
-	return strings.TrimSuffix(r.base.String(), "/") + path
+	return r.prefix + path
 }
 
 // available reports whether the replica may take a new request at now.
