@@ -1,9 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,10 +15,15 @@ import (
 // client-gone watcher adds to (one watch and unwatch per request that goes upstream).
 func BenchmarkProxyChatHit(b *testing.B) {
 	ts := startServer(b)
+	benchChat(b, ts.url, []byte(`{"messages":[{"role":"user","content":"hello p=0.1"}],"max_tokens":3}`))
+}
+
+// benchChat posts body to url's chat completions once (the first classifies; the rest hit
+// the cache), then b.N times, each read to the end, over one keep-alive connection.
+func benchChat(b *testing.B, url string, body []byte) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	body := `{"messages":[{"role":"user","content":"hello p=0.1"}],"max_tokens":3}`
 	post := func() {
-		resp, err := client.Post(ts.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		resp, err := client.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -28,7 +33,7 @@ func BenchmarkProxyChatHit(b *testing.B) {
 			b.Fatalf("status %d", resp.StatusCode)
 		}
 	}
-	post() // the first classifies; the rest hit the cache
+	post()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,28 +45,11 @@ func BenchmarkProxyChatSize(b *testing.B) {
 						p.Replicas[0].URL = up.URL
 					}
 				})
-				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 				msg := "Review this file p=0.1\n" + strings.Repeat("The quick brown fox jumps over the \"lazy\" dog.\n", kb*1024/48)
 				body, _ := json.Marshal(map[string]any{"model": "auto", "stream": stream, "max_tokens": 3,
 					"messages": []map[string]string{{"role": "system", "content": "You are helpful."}, {"role": "user", "content": msg}}})
-				post := func() {
-					resp, err := client.Post(ts.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
-					if err != nil {
-						b.Fatal(err)
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Fatalf("status %d", resp.StatusCode)
-					}
-				}
-				post()
 				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for b.Loop() {
-					post()
-				}
+				benchChat(b, ts.url, body)
 			})
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -24,23 +23,5 @@ func BenchmarkProxyChatStreamHit(b *testing.B) {
 		f.Flush()
 	}
 	ts.fast.onGenerate, ts.slow.onGenerate = gen, gen
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	body := `{"messages":[{"role":"user","content":"hello p=0.1"}],"max_tokens":3,"stream":true}`
-	post := func() {
-		resp, err := client.Post(ts.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	post()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		post()
-	}
+	benchChat(b, ts.url, []byte(`{"messages":[{"role":"user","content":"hello p=0.1"}],"max_tokens":3,"stream":true}`))
 }
