@@ -96,8 +96,9 @@ func TestFilterInputFiltersTheInstructionOnly(t *testing.T) {
 }
 
 // BenchmarkFilterNoise measures the filter on prompts as they arrive: a clean Dolly-like
-// instruction (nothing dropped), the same with a reference tag and a URL, and a long
-// prompt of about 190 words with numbers in it.
+// instruction (nothing dropped), the same with a reference tag and a URL, a long prompt of
+// about 190 words with numbers in it, and 16 KiB (server.max_text_bytes' default) of it,
+// with numbers and without.
 func BenchmarkFilterNoise(b *testing.B) {
 	clean := "Write a short story about a dragon who learns to bake bread, in the style of a fairy tale for children."
 	long := strings.Repeat("The Nile flows 6,650 km north through 11 countries into the Mediterranean Sea. ", 15)
@@ -105,6 +106,8 @@ func BenchmarkFilterNoise(b *testing.B) {
 		{"clean", clean},
 		{"tag+url", clean + " (ref r1-false-c1-3fa9b2c1-8e2d-123) see https://docs.acme.io/a1b2c3/setup?id=42"},
 		{"long", long},
+		{"16KiB", strings.Repeat("The Nile flows 6,650 km north through 11 countries into the Mediterranean Sea. ", 220)[:16<<10]},
+		{"16KiB-clean", strings.Repeat("The Nile flows far north through many countries into the Mediterranean Sea. ", 230)[:16<<10]},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -116,6 +119,59 @@ func BenchmarkFilterNoise(b *testing.B) {
 	}
 }
 
+// TestFilterNoiseMatchesReference holds the filter to the reference it was sped up from
+// (filter_ref_test.go) on every Dolly row's instruction, context and response, each alone
+// and, to take the pooled path for long texts, joined with the parity cases into texts of
+// up to 16 KiB; then on the parity cases with noise put between every word.
+func TestFilterNoiseMatchesReference(t *testing.T) {
+	path := os.Getenv("TRIAGE_DOLLY")
+	if path == "" {
+		path = filepath.Join("..", "..", "shared", "datasets", "dolly-15k-dev.jsonl")
+	}
+	f, err := os.Open(path)
+	require.NoError(t, err, "the Dolly data (TRIAGE_DOLLY)")
+	defer f.Close()
+	var texts []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var r struct{ Instruction, Context, Response string }
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		texts = append(texts, r.Instruction, r.Context, r.Response)
+	}
+	require.NoError(t, sc.Err())
+	require.Greater(t, len(texts), 10_000)
+	cases, err := os.ReadFile(filepath.Join("testdata", "noise_filter.jsonl"))
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(strings.TrimSpace(string(cases)), "\n") {
+		var c struct{ In string }
+		require.NoError(t, json.Unmarshal([]byte(line), &c))
+		texts = append(texts, c.In, strings.ReplaceAll(c.In, " ", " #42 (ref x-1) \t"))
+	}
+	var joined strings.Builder
+	seps := []string{" ", "\n\n", " \t ", "\u3000", ". "}
+	for i, s := range texts {
+		joined.WriteString(s)
+		joined.WriteString(seps[i%len(seps)])
+		if joined.Len() > 256+i%(16<<10) {
+			texts = append(texts, joined.String())
+			joined.Reset()
+		}
+	}
+	long := 0
+	for _, s := range texts {
+		if len(s) > 256 {
+			long++
+		}
+		for _, trailer := range []bool{true, false} {
+			if got, want := filterNoise(s, trailer), filterNoiseRef(s, trailer); got != want {
+				t.Fatalf("trailer %v: %q\ngives %q\nthe reference %q", trailer, s, got, want)
+			}
+		}
+	}
+	require.Greater(t, long, 2_000, "texts over 256 bytes")
+}
+
 // FuzzFilterNoise: on any client text the filter returns the text itself or some of its
 // words, in order, joined by one space, and filtering again changes nothing.
 func FuzzFilterNoise(f *testing.F) {
@@ -124,6 +180,16 @@ func FuzzFilterNoise(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		// The same words past 256 bytes take the pooled path: both must answer as the
+		// reference does.
+		long := s
+		for len(long) <= 256 && len(s) > 0 {
+			long += "\n" + s
+		}
+		for _, trailer := range []bool{true, false} {
+			require.Equal(t, filterNoiseRef(s, trailer), filterNoise(s, trailer), "the reference filter, trailer %v", trailer)
+			require.Equal(t, filterNoiseRef(long, trailer), filterNoise(long, trailer), "the reference filter, trailer %v, long", trailer)
+		}
 		for _, filter := range []func(string) string{FilterNoise, FilterNoiseV1} {
 			got := filter(s)
 			require.Equal(t, got, filter(got), "idempotent")
