@@ -95,7 +95,7 @@ FUZZ_TARGETS := \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
 	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation classifier:FuzzFilterNoise \
 	internal/jsonscan:FuzzAgreesWithEncodingJSON server:FuzzObjectFieldsAgree server:FuzzSplicedBodies \
-	classifier/onnx:FuzzWordCache upstream:FuzzUsageReaders classifier:FuzzAddScaled
+	classifier/onnx:FuzzWordCache upstream:FuzzUsageReaders classifier:FuzzAddScaled router:FuzzNormalize
 
 ## fuzz every Fuzz target for FUZZTIME (10s) each; crashers land in out/fuzz-crashers/
 test-fuzz: setup
