@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/bench/dolly"
 )
 
 // TestFilterNoiseParity checks FilterNoise and FilterNoiseV1 against the cases the
@@ -124,22 +126,9 @@ func BenchmarkFilterNoise(b *testing.B) {
 // and, to take the pooled path for long texts, joined with the parity cases into texts of
 // up to 16 KiB; then on the parity cases with noise put between every word.
 func TestFilterNoiseMatchesReference(t *testing.T) {
-	path := os.Getenv("TRIAGE_DOLLY")
-	if path == "" {
-		path = filepath.Join("..", "..", "shared", "datasets", "dolly-15k-dev.jsonl")
-	}
-	f, err := os.Open(path)
-	require.NoError(t, err, "the Dolly data (TRIAGE_DOLLY)")
-	defer f.Close()
-	var texts []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var r struct{ Instruction, Context, Response string }
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
-		texts = append(texts, r.Instruction, r.Context, r.Response)
-	}
-	require.NoError(t, sc.Err())
+	rows, err := dolly.Load(filepath.Join("..", dolly.DefaultPath))
+	require.NoError(t, err)
+	texts := dolly.Strings(rows)
 	require.Greater(t, len(texts), 10_000)
 	cases, err := os.ReadFile(filepath.Join("testdata", "noise_filter.jsonl"))
 	require.NoError(t, err)

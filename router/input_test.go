@@ -1,14 +1,13 @@
 package router
 
 import (
-	"bufio"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/triage-gw/triage/bench/dolly"
 )
 
 // TestNormalizeMatchesReference holds normalize and isNormal to the versions they were sped
@@ -16,22 +15,9 @@ import (
 // its spaces turned into other whitespace, and joined into texts of up to 64 KiB (what
 // InputWithin reads for a 16 KiB limit); and on texts with invalid UTF-8 and Unicode spaces.
 func TestNormalizeMatchesReference(t *testing.T) {
-	path := os.Getenv("TRIAGE_DOLLY")
-	if path == "" {
-		path = filepath.Join("..", "..", "shared", "datasets", "dolly-15k-dev.jsonl")
-	}
-	f, err := os.Open(path)
-	require.NoError(t, err, "the Dolly data (TRIAGE_DOLLY)")
-	defer f.Close()
-	var texts []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var r struct{ Instruction, Context, Response string }
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
-		texts = append(texts, r.Instruction, r.Context, r.Response)
-	}
-	require.NoError(t, sc.Err())
+	rows, err := dolly.Load(filepath.Join("..", dolly.DefaultPath))
+	require.NoError(t, err)
+	texts := dolly.Strings(rows)
 	require.Greater(t, len(texts), 10_000)
 	odd := []string{" ", "  ", "\n", "\r\n", "\t", " \u00a0", "\u3000", "\u2003 ", "\x85", " \xff ", "\xc3", "\xe2\x80"}
 	n := len(texts)

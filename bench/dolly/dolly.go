@@ -56,3 +56,14 @@ func Load(path string) ([]Row, error) {
 	}
 	return rows, nil
 }
+
+// Strings returns every string of rows, each row's instruction, context and response in
+// file order (empty contexts and responses included): the texts a test holds a text
+// function to.
+func Strings(rows []Row) []string {
+	out := make([]string, 0, 3*len(rows))
+	for _, r := range rows {
+		out = append(out, r.Instruction, r.Context, r.Response)
+	}
+	return out
+}

@@ -25,6 +25,7 @@ func TestLoad(t *testing.T) {
 		{Instruction: "a", Context: "doc", Response: "r", Category: "summarization"},
 		{Instruction: "b", Category: "open_qa"},
 	}, rows, "blank lines and rows without an instruction are skipped, order kept")
+	require.Equal(t, []string{"a", "doc", "r", "b", "", ""}, Strings(rows), "every row's three strings, in order")
 
 	_, err = Load(write("bad.jsonl", "{\"instruction\":\"a\"}\nnot json\n"))
 	require.ErrorContains(t, err, "line 2")
