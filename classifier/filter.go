@@ -150,11 +150,12 @@ func filterSpans(s string, trailer bool, words []wordSpan) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	lo, hi := -1, -1 // the run being extended, s[lo:hi]
-	for k, w := range words {
+	for _, w := range words {
 		if w.drop {
 			continue
 		}
-		if lo >= 0 && k > 0 && !words[k-1].drop && w.lo == hi+1 && s[hi] == ' ' {
+		// One byte after the run, a space: no dropped word can sit between them.
+		if lo >= 0 && w.lo == hi+1 && s[hi] == ' ' {
 			hi = w.hi
 			continue
 		}
