@@ -104,13 +104,36 @@ func TestMessagesRoutedLikeChat(t *testing.T) {
 	require.Equal(t, []string{"message_start", "content_block_start", "ping", "content_block_delta", "content_block_delta",
 		"content_block_stop", "message_delta", "message_stop"}, names)
 
-	// A tool result turn is classified by its text.
-	resp, b = postJSON(t, url+"/v1/messages", `{"max_tokens":2,"messages":[{"role":"user","content":"q"},`+
-		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},`+
-		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"tool says p=0.2"}]}]}]}`)
+	// An agent's turn that only returns a tool's output is classified by its task, as a chat
+	// completion's tool messages are: the task's text again (a cache hit), the task's pool.
+	task := `{"role":"user","content":"fix the build p=0.9"}`
+	resp, b = postJSON(t, url+"/v1/messages", `{"max_tokens":2,"messages":[`+task+`]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
-	require.Contains(t, model.seen(), "tool says p=0.2")
+	require.Equal(t, "slow", resp.Header.Get(HeaderPath))
+	toolTurn := func(text string) string {
+		return `{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"` + text + `"}]}]}`
+	}
+	resp, b = postJSON(t, url+"/v1/messages", `{"max_tokens":2,"messages":[`+task+`,`+toolTurn("tool says p=0.2")+`]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, "slow", resp.Header.Get(HeaderPath), "the task's pool, not the tool output's")
+	require.Equal(t, "hit", resp.Header.Get(HeaderCache))
+	require.NotContains(t, model.seen(), "tool says p=0.2")
+
+	// Text of the user's own beside the tool result is the turn's instruction.
+	resp, b = postJSON(t, url+"/v1/messages", `{"max_tokens":2,"messages":[`+task+`,`+
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"tool says p=0.9"},{"type":"text","text":"now the docs p=0.2"}]}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	require.Equal(t, "fast", resp.Header.Get(HeaderPath))
+	require.Contains(t, model.seen(), "now the docs p=0.2")
+	require.NotContains(t, model.seen(), "tool says p=0.9")
+
+	// A conversation with no user text at all is classified by its last tool output.
+	resp, b = postJSON(t, url+"/v1/messages", `{"max_tokens":2,"messages":[`+toolTurn("tool says p=0.1")+`]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, "fast", resp.Header.Get(HeaderPath))
+	require.Contains(t, model.seen(), "tool says p=0.1")
 }
 
 func TestMessagesCountTokens(t *testing.T) {
@@ -655,4 +678,32 @@ func TestAgentAPIAnswersGoOutWithTheirLength(t *testing.T) {
 	resp, b := postJSON(t, url+"/v1/messages", `{"max_tokens":2,"stream":true,"messages":[{"role":"user","content":"hi p=0.1"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	require.Equal(t, []string{"chunked"}, resp.TransferEncoding)
+}
+
+// TestDecodeAgentTurnsClassifyTheTask: a turn that returns a tool's output is classified by
+// the conversation's last user text, in both agent APIs; only a conversation without user
+// text falls back to the tool output.
+func TestDecodeAgentTurnsClassifyTheTask(t *testing.T) {
+	m, err := decodeMessages([]byte(`{"max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"fix it"},{"type":"text","text":"the log"}]},`+
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"output"}]}]}`), fuzzLimits, false)
+	require.NoError(t, err)
+	require.Equal(t, "fix it", m.text.instruction)
+	require.Equal(t, "the log", m.text.context)
+	require.Equal(t, "user: fix itthe log\nassistant: \nuser: output\n", m.prompt, "the replica policies still see every turn")
+
+	m, err = decodeMessages([]byte(`{"max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}]}`), fuzzLimits, false)
+	require.NoError(t, err)
+	require.Equal(t, "a", m.text.instruction)
+	require.Equal(t, "b", m.text.context)
+
+	r, err := decodeResponses([]byte(`{"input":[{"role":"user","content":"fix it"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},`+
+		`{"type":"function_call_output","call_id":"c","output":"output"}]}`), fuzzLimits)
+	require.NoError(t, err)
+	require.Equal(t, "fix it", r.text.instruction)
+
+	r, err = decodeResponses([]byte(`{"input":[{"type":"function_call_output","call_id":"c","output":"output"}]}`), fuzzLimits)
+	require.NoError(t, err)
+	require.Equal(t, "output", r.text.instruction)
 }

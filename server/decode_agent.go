@@ -20,10 +20,14 @@ type messagesInput struct {
 
 // decodeMessages reads and strictly checks a Messages request (the fields the gateway reads
 // or translates, each type and each content block; other top-level fields pass through).
-// The text classified is the last user turn that has text: its text blocks, and the text of
-// its tool results (an agent's turn after a tool ran is classified by what the tool said);
-// the first piece is the instruction and the rest its context. The system prompt is never
-// the instruction. count is set for count_tokens, which takes no max_tokens.
+// The text classified is the last user turn with text blocks of its own: those blocks, the
+// first the instruction and the rest its context. An agent's turn that only returns tool
+// results is classified by the task it works on, as a chat completion's tool messages are:
+// the tool's output is not the request's instruction, and a conversation that changed pools
+// at every tool turn would lose its prefix on the engine each time (see tool_results in
+// docs/http-api.md). Only a conversation with no user text at all is classified by its last
+// tool results. The system prompt is never the instruction. count is set for count_tokens,
+// which takes no max_tokens.
 func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) {
 	var p messagesInput
 	if err := checkBody(body); err != nil {
@@ -93,6 +97,7 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 		return p, badRequest("empty_messages", "messages", "messages: must contain at least one message")
 	}
 	lastUser, parts := -1, []string(nil)
+	lastTool, toolParts := -1, []string(nil)
 	for i, raw := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		if raw[0] != '{' {
@@ -109,14 +114,21 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 		if role != "user" && role != "assistant" {
 			return p, badRequest("invalid_value", param+".role", "%s.role: must be \"user\" or \"assistant\", got %s (the system prompt goes in the top-level system field)", param, clip(role))
 		}
-		texts, err := messageBlocks(m.Content, param+".content", role)
+		texts, own, err := messageBlocks(m.Content, param+".content", role)
 		if err != nil {
 			return p, err
 		}
 		rendered.WriteString(role + ": " + strings.Join(texts, "") + "\n")
-		if role == "user" && len(texts) > 0 {
-			lastUser, parts = i, texts
+		switch {
+		case role != "user":
+		case len(own) > 0:
+			lastUser, parts = i, own
+		case len(texts) > 0:
+			lastTool, toolParts = i, texts
 		}
+	}
+	if lastUser < 0 {
+		lastUser, parts = lastTool, toolParts
 	}
 	if lastUser < 0 {
 		return p, badRequest("no_user_message", "messages", "messages: no user turn with text to classify")
@@ -130,92 +142,93 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 }
 
 // messageBlocks checks a turn's content (a string or an array of content blocks) and returns
-// its text pieces: text blocks, and in a user turn the text of tool results.
-func messageBlocks(raw json.RawMessage, param, role string) ([]string, error) {
+// its text pieces in order (text blocks, and in a user turn the text of tool results), and
+// own, the text blocks alone.
+func messageBlocks(raw json.RawMessage, param, role string) (texts, own []string, err error) {
 	if !present(raw) {
-		return nil, badRequest("missing_field", param, "%s: required", param)
+		return nil, nil, badRequest("missing_field", param, "%s: required", param)
 	}
 	switch raw[0] {
 	case '"':
 		s, err := stringField(raw, param)
 		if err != nil || s == "" {
-			return nil, err
+			return nil, nil, err
 		}
-		return []string{s}, nil
+		return []string{s}, []string{s}, nil
 	case '[':
 	default:
-		return nil, badRequest("invalid_type", param, "%s: must be a string or an array of content blocks, got %s", param, jsonKind(raw))
+		return nil, nil, badRequest("invalid_type", param, "%s: must be a string or an array of content blocks, got %s", param, jsonKind(raw))
 	}
 	items, err := arrayItems(raw, param)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for j, item := range items {
 		pp := fmt.Sprintf("%s[%d]", param, j)
 		if item[0] != '{' {
-			return nil, badRequest("invalid_type", pp, "%s: must be a content block object, got %s", pp, jsonKind(item))
+			return nil, nil, badRequest("invalid_type", pp, "%s: must be a content block object, got %s", pp, jsonKind(item))
 		}
 		var b struct{ Type, Text, ID, Name, Input, ToolUseID, Content, Source, IsError json.RawMessage }
 		if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"type": &b.Type, "text": &b.Text,
 			"id": &b.ID, "name": &b.Name, "input": &b.Input, "tool_use_id": &b.ToolUseID, "content": &b.Content,
 			"source": &b.Source, "is_error": &b.IsError}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		typ, err := stringField(b.Type, pp+".type")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch typ {
 		case "text":
 			t, err := stringField(b.Text, pp+".text")
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if t != "" {
-				out = append(out, t)
+				texts = append(texts, t)
+				own = append(own, t)
 			}
 		case "image", "document":
 			if err := objectField(b.Source, pp+".source", true); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case "tool_use":
 			if role != "assistant" {
-				return nil, badRequest("invalid_value", pp+".type", "%s.type: tool_use blocks belong to assistant turns", pp)
+				return nil, nil, badRequest("invalid_value", pp+".type", "%s.type: tool_use blocks belong to assistant turns", pp)
 			}
 			for _, f := range []struct {
 				raw  json.RawMessage
 				name string
 			}{{b.ID, ".id"}, {b.Name, ".name"}} {
 				if _, err := stringField(f.raw, pp+f.name); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 			if err := objectField(b.Input, pp+".input", true); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case "tool_result":
 			if role != "user" {
-				return nil, badRequest("invalid_value", pp+".type", "%s.type: tool_result blocks belong to user turns", pp)
+				return nil, nil, badRequest("invalid_value", pp+".type", "%s.type: tool_result blocks belong to user turns", pp)
 			}
 			if _, err := stringField(b.ToolUseID, pp+".tool_use_id"); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if _, err := optionalBool(b.IsError, pp+".is_error"); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if present(b.Content) && string(b.Content) != "null" {
-				texts, err := messageBlocks(b.Content, pp+".content", "tool_result")
+				result, _, err := messageBlocks(b.Content, pp+".content", "tool_result")
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
-				out = append(out, texts...)
+				texts = append(texts, result...)
 			}
 		}
 		// Other blocks (thinking, redacted_thinking, search results, server tools) are the
 		// replica's to check: they carry nothing to classify.
 	}
-	return out, nil
+	return texts, own, nil
 }
 
 // systemText checks the system prompt (a string or an array of text blocks) and returns its text.
@@ -407,8 +420,9 @@ type responsesInput struct {
 // decodeResponses reads and checks a Responses request. A continuation (previous_response_id)
 // is pinned, not classified, so it may carry no text; otherwise the text classified is the
 // last user input: the string input, or the last user message item's text parts (the first the
-// instruction, the rest its context); an input that ends with a function call's output and
-// has no user message is classified by that output. instructions are never the instruction.
+// instruction, the rest its context). A function call's output after it is not: the agent's
+// turn is classified by its task, as in decodeMessages; only an input with no user message is
+// classified by its last output. instructions are never the instruction.
 func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 	p := responsesInput{store: true}
 	if err := checkBody(body); err != nil {
@@ -493,10 +507,9 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 				toolOut, toolParam = texts, pp+".output"
 			case role == "user" && len(texts) > 0:
 				parts, param = texts, pp+".content"
-				toolOut = nil
 			}
 		}
-		if toolOut != nil {
+		if parts == nil && toolOut != nil {
 			parts, param = toolOut, toolParam
 		}
 	default:

@@ -209,6 +209,8 @@ var agentSeeds = []string{
 	`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}]}],"instructions":"i"}`,
 	`{"input":[{"type":"function_call_output","call_id":"c","output":"o"}]}`,
 	`{"input":[{"role":"developer","content":"x"}]}`,
+	`{"max_tokens":5,"messages":[{"role":"user","content":"task"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"out"},{"type":"text","text":"more"}]}]}`,
+	`{"input":[{"role":"user","content":"task"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}]}`,
 }
 
 func FuzzDecodeMessages(f *testing.F) {

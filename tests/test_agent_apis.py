@@ -107,15 +107,20 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city.",
 
 def test_tool_use_round_trip(claude):
     question = {"role": "user", "content": "What is the weather in Oslo? Use the tool."}
-    first = claude.messages.create(model="auto", max_tokens=8, tools=[WEATHER], messages=[question])
+    raw = claude.messages.with_raw_response.create(model="auto", max_tokens=8, tools=[WEATHER], messages=[question])
+    first = raw.parse()
     assert first.stop_reason == "tool_use"
     call = next(b for b in first.content if b.type == "tool_use")
     assert call.name == "get_weather" and call.id
-    second = claude.messages.create(model="auto", max_tokens=8, tools=[WEATHER], messages=[
+    raw2 = claude.messages.with_raw_response.create(model="auto", max_tokens=8, tools=[WEATHER], messages=[
         question,
         {"role": "assistant", "content": first.content},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 21 degrees."}]},
     ])
+    # The tool's turn is classified by the task: its text again (a cache hit), its pool.
+    assert raw2.headers["x-router-path"] == raw.headers["x-router-path"]
+    assert raw2.headers["x-router-cache"] == "hit"
+    second = raw2.parse()
     assert second.stop_reason == "max_tokens"
     assert second.content[0].type == "text" and second.content[0].text
 
