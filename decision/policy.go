@@ -37,6 +37,9 @@ const (
 	// ReasonClassifierUnavailable: the classifier failed (no model, shutting down, a failed
 	// batch); the fallback pool took it.
 	ReasonClassifierUnavailable Reason = "classifier_unavailable"
+	// ReasonNoText: the request had no text to classify (its user turns hold only images,
+	// audio or files); the fallback pool took it.
+	ReasonNoText Reason = "no_text"
 )
 
 // State is the load snapshot a decision is made under.

@@ -192,6 +192,20 @@ func (r *Router) Pin(slow bool) (Route, error) {
 	return rt, nil
 }
 
+// RouteNoText routes a request that has no text to classify (a user turn of images, audio
+// or files alone): routing.fallback places it, reason no_text, as it places a request whose
+// classification cannot be had; under reject it fails with ErrNoText. Refusing it outright
+// would refuse a request every engine accepts. The decision is counted in
+// triage_decisions_total.
+func (r *Router) RouteNoText() (Route, error) {
+	if r.cfg.Routing.Fallback == FallbackReject {
+		return Route{}, ErrNoText
+	}
+	rt := r.place(Score{}, r.cfg.Routing.Fallback == FallbackSlow, decision.ReasonNoText)
+	r.m.decisions.WithLabelValues(rt.Path(), string(rt.Reason)).Inc()
+	return rt, nil
+}
+
 // place routes an unclassified request to the slow pool (when slow, the slow pool is
 // healthy and a slot is free) or the fast one, for reason; like decide, a slow route that
 // cannot be had is shed to fast as slow_unhealthy or slow_saturated.

@@ -8,7 +8,7 @@ import (
 
 // Errors of the pipeline. A front end maps them to its own answers (the HTTP layer does so in
 // one place): ErrQueueFull, ErrBudgetExceeded and ErrSlowSaturated → 429, ErrClosed → 503
-// shutting down, ErrNoModel → 503, *UnclassifiableError → 400, *ReloadError → 500.
+// shutting down, ErrNoModel → 503, *UnclassifiableError and ErrNoText → 400, *ReloadError → 500.
 var (
 	// ErrQueueFull: the classifier's queue is full, or its expected wait is over
 	// batcher.max_queue_delay. Shed the request; it is safe to retry later.
@@ -24,6 +24,8 @@ var (
 	// ErrSlowSaturated: a request pinned to the slow pool found every slow-path slot taken.
 	// It is safe to retry later.
 	ErrSlowSaturated = errors.New("every slow-path slot is taken (decision.max_slow_concurrency)")
+	// ErrNoText: a request without text to classify and routing.fallback is reject.
+	ErrNoText = errors.New("the request has no user text to classify (only images, audio or files) and routing.fallback is reject")
 )
 
 // UnclassifiableError is a text the classifier refuses to read (for example one its

@@ -707,3 +707,40 @@ func TestDecodeAgentTurnsClassifyTheTask(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "output", r.text.instruction)
 }
+
+// TestNoTextRoutedByFallback: a request whose user turns hold only images is one every engine
+// accepts; it has nothing to classify, so routing.fallback places it (reason no_text), in
+// every routed API, and an earlier user text is classified when there is one.
+func TestNoTextRoutedByFallback(t *testing.T) {
+	image := map[string]string{
+		"/v1/chat/completions": `{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`,
+		"/v1/messages":         `{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]}]}`,
+		"/v1/responses":        `{"max_output_tokens":2,"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AAAA"}]}]}`,
+	}
+	for _, fallback := range []string{router.FallbackFast, router.FallbackSlow} {
+		url, model, _ := simServer(t, 1, func(c *gatewayConfig) { c.Routing.Fallback = fallback })
+		warm := model.seen() // the start-up warm-up
+		for path, body := range image {
+			resp, b := postJSON(t, url+path, body)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, b)
+			require.Equal(t, fallback, resp.Header.Get(HeaderPath), path)
+			require.Equal(t, "no_text", resp.Header.Get(HeaderReason), path)
+			require.Empty(t, resp.Header.Get(HeaderPSlow), "%s: nothing was scored", path)
+		}
+		require.Equal(t, warm, model.seen(), "nothing was classified")
+	}
+
+	url, model, _ := simServer(t, 1, nil)
+	resp, b := postJSON(t, url+"/v1/chat/completions", `{"max_tokens":2,"messages":[{"role":"user","content":"describe it p=0.9"},`+
+		`{"role":"assistant","content":"Send it."},{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, "slow", resp.Header.Get(HeaderPath), "the earlier user text is classified")
+	require.Equal(t, "describe it p=0.9", model.seen()[len(model.seen())-1])
+
+	// Under routing.fallback: reject the request is refused, with a reason.
+	url, _, _ = simServer(t, 1, func(c *gatewayConfig) { c.Routing.Fallback = router.FallbackReject })
+	resp, b = postJSON(t, url+"/v1/chat/completions", image["/v1/chat/completions"])
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+	require.Equal(t, "no_text", *apiErr(t, b).Code)
+	require.Contains(t, apiErr(t, b).Message, "routing.fallback is reject")
+}

@@ -61,7 +61,8 @@ func TestBadInputIsA4xxNamingTheProblem(t *testing.T) {
 		{"chat no role", "POST", "/v1/chat/completions", "application/json", `{"messages":[{"content":"hi"}]}`, 400, "messages[0].role", "required"},
 		{"chat bad content", "POST", "/v1/chat/completions", "application/json", `{"messages":[{"role":"user","content":7}]}`, 400, "messages[0].content", "must be a string or an array"},
 		{"chat part without text", "POST", "/v1/chat/completions", "application/json", `{"messages":[{"role":"user","content":[{"type":"text"}]}]}`, 400, "messages[0].content[0].text", "required"},
-		{"chat image only", "POST", "/v1/chat/completions", "application/json", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content", "must not be empty"},
+		// An image alone is not bad input: routing.fallback places it (TestNoTextRoutedByFallback).
+		{"chat empty text", "POST", "/v1/chat/completions", "application/json", `{"messages":[{"role":"user","content":[{"type":"text","text":" "}]}]}`, 400, "messages[0].content", "must not be empty"},
 		{"chat stream not bool", "POST", "/v1/chat/completions", "application/json", `{"stream":"yes","messages":[{"role":"user","content":"hi"}]}`, 400, "stream", "must be a boolean"},
 		{"chat user not string", "POST", "/v1/chat/completions", "application/json", `{"user":1,"messages":[{"role":"user","content":"hi"}]}`, 400, "user", "must be a string"},
 		{"completion no prompt", "POST", "/v1/completions", "application/json", `{"model":"x"}`, 400, "prompt", "prompt: required"},

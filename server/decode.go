@@ -345,8 +345,11 @@ func decodeOpenAI(body []byte, p *proxyInput) (f openAIFields, ctx string, err e
 	return f, ctx, err
 }
 
-// decodeChat reads a chat completion request. The text classified is the last user message:
-// with a top-level "context" string (a Triage extension, removed before forwarding) the
+// decodeChat reads a chat completion request. The text classified is the last user message
+// with text (a later one of images or audio alone leaves it the text; tool messages are never
+// classified, so an agent's tool turns are classified by its task). When no user message has
+// text, the request has none to classify: p.text stays empty and routing.fallback places it
+// (Server.route). With a top-level "context" string (a Triage extension, removed before forwarding) the
 // instruction is all text parts of that message joined by newlines and the context is that
 // field; without it the instruction is the message's first text part (or its string content)
 // and the context is its later text parts joined by newlines (an attached document).
@@ -372,6 +375,7 @@ func decodeChat(body []byte, lim limits) (proxyInput, error) {
 	var (
 		rendered strings.Builder
 		lastUser = -1
+		anyUser  = false
 		parts    []string
 	)
 	for i, raw := range msgs {
@@ -398,11 +402,18 @@ func decodeChat(body []byte, lim limits) (proxyInput, error) {
 		}
 		rendered.WriteByte('\n')
 		if role == "user" {
-			lastUser, parts = i, texts
+			anyUser = true
+			if texts != nil {
+				lastUser, parts = i, texts
+			}
 		}
 	}
-	if lastUser < 0 {
+	if !anyUser {
 		return p, badRequest("no_user_message", "messages", "messages: no user message to classify")
+	}
+	if lastUser < 0 {
+		p.prompt = rendered.String()
+		return p, nil // no text to classify: routed by routing.fallback
 	}
 	param := fmt.Sprintf("messages[%d].content", lastUser)
 	var instruction, ctx string

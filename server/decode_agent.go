@@ -26,8 +26,9 @@ type messagesInput struct {
 // the tool's output is not the request's instruction, and a conversation that changed pools
 // at every tool turn would lose its prefix on the engine each time (see tool_results in
 // docs/http-api.md). Only a conversation with no user text at all is classified by its last
-// tool results. The system prompt is never the instruction. count is set for count_tokens,
-// which takes no max_tokens.
+// tool results, and one with neither (images or documents alone) has no text to classify:
+// p.text stays empty and routing.fallback places it (Server.route). The system prompt is
+// never the instruction. count is set for count_tokens, which takes no max_tokens.
 func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) {
 	var p messagesInput
 	if err := checkBody(body); err != nil {
@@ -98,6 +99,7 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 	}
 	lastUser, parts := -1, []string(nil)
 	lastTool, toolParts := -1, []string(nil)
+	anyUser := false
 	for i, raw := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		if raw[0] != '{' {
@@ -119,6 +121,7 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 			return p, err
 		}
 		rendered.WriteString(role + ": " + strings.Join(texts, "") + "\n")
+		anyUser = anyUser || role == "user"
 		switch {
 		case role != "user":
 		case len(own) > 0:
@@ -130,8 +133,12 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 	if lastUser < 0 {
 		lastUser, parts = lastTool, toolParts
 	}
+	if !anyUser {
+		return p, badRequest("no_user_message", "messages", "messages: no user turn to classify")
+	}
 	if lastUser < 0 {
-		return p, badRequest("no_user_message", "messages", "messages: no user turn with text to classify")
+		p.prompt = rendered.String()
+		return p, nil // no text to classify: routed by routing.fallback
 	}
 	param := fmt.Sprintf("messages[%d].content", lastUser)
 	if p.text, err = newTextInput(parts[0], strings.Join(parts[1:], "\n"), param, lim); err != nil {
@@ -422,7 +429,9 @@ type responsesInput struct {
 // last user input: the string input, or the last user message item's text parts (the first the
 // instruction, the rest its context). A function call's output after it is not: the agent's
 // turn is classified by its task, as in decodeMessages; only an input with no user message is
-// classified by its last output. instructions are never the instruction.
+// classified by its last output, and one whose user messages hold no text (images, files) has
+// none to classify: p.text stays empty and routing.fallback places it. instructions are
+// never the instruction.
 func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 	p := responsesInput{store: true}
 	if err := checkBody(body); err != nil {
@@ -494,7 +503,7 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 			return p, badRequest("empty_input", "input", "input: must contain at least one item")
 		}
 		var toolOut []string
-		toolParam := ""
+		toolParam, anyUser := "", false
 		for i, item := range items {
 			pp := fmt.Sprintf("input[%d]", i)
 			role, texts, isOutput, err := responseItem(item, pp)
@@ -502,6 +511,7 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 				return p, err
 			}
 			rendered.WriteString(role + ": " + strings.Join(texts, "") + "\n")
+			anyUser = anyUser || role == "user"
 			switch {
 			case isOutput && len(texts) > 0:
 				toolOut, toolParam = texts, pp+".output"
@@ -511,6 +521,10 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 		}
 		if parts == nil && toolOut != nil {
 			parts, param = toolOut, toolParam
+		}
+		if parts == nil && anyUser && p.previous == "" {
+			p.prompt = rendered.String()
+			return p, nil // user input of images or files alone: no text, routed by routing.fallback
 		}
 	default:
 		return p, badRequest("invalid_type", "input", "input: must be a string or an array of input items, got %s", jsonKind(f.Input))

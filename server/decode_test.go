@@ -45,7 +45,17 @@ func requireValidInput(t *testing.T, in textInput) {
 	require.Equal(t, in.input, router.Input(in.input, ""), "already normalised")
 }
 
+// requireRoutableInput: a routed API's text is valid, or absent altogether (a request whose
+// user turns hold no text, placed by routing.fallback).
+func requireRoutableInput(t *testing.T, in textInput) {
+	t.Helper()
+	if in != (textInput{}) {
+		requireValidInput(t, in)
+	}
+}
+
 var decodeSeeds = []string{
+	`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]}`,
 	`{"text":"hello"}`,
 	`{"text":"hello","context":"world"}`,
 	`{"text":"  spaced \n out  "}`,
@@ -114,7 +124,7 @@ func FuzzDecodeChat(f *testing.F) {
 			requireBadRequest(t, err)
 			return
 		}
-		requireValidInput(t, p.text)
+		requireRoutableInput(t, p.text)
 		if p.context {
 			out, err := withoutField(body, "context")
 			require.NoError(t, err)
@@ -211,6 +221,8 @@ var agentSeeds = []string{
 	`{"input":[{"role":"developer","content":"x"}]}`,
 	`{"max_tokens":5,"messages":[{"role":"user","content":"task"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"out"},{"type":"text","text":"more"}]}]}`,
 	`{"input":[{"role":"user","content":"task"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}]}`,
+	`{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]}`,
+	`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]}`,
 }
 
 func FuzzDecodeMessages(f *testing.F) {
@@ -223,7 +235,7 @@ func FuzzDecodeMessages(f *testing.F) {
 			requireBadRequest(t, err)
 			return
 		}
-		requireValidInput(t, p.text)
+		requireRoutableInput(t, p.text)
 		// What the gateway accepted, it can translate for a chat-only pool.
 		_, _, err = translate.MessagesToChat(body, true)
 		require.NoError(t, err)
@@ -243,7 +255,7 @@ func FuzzDecodeResponses(f *testing.F) {
 		if p.previous != "" && p.text.input == "" {
 			return // a continuation without text: pinned, never classified
 		}
-		requireValidInput(t, p.text)
+		requireRoutableInput(t, p.text)
 	})
 }
 

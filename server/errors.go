@@ -112,6 +112,7 @@ func (e *upstreamStatusError) Error() string {
 //	errClientGone                              499 client_closed_request (nobody reads it)
 //	router.ErrClosed, shutting down, no model  503 (context.Canceled: cut by shutdown)
 //	*router.UnclassifiableError                400 unclassifiable_text
+//	router.ErrNoText                           400 no_text (routing.fallback: reject)
 //	*upstream.UpstreamError                    502 naming pool, replica id and the kind of failure
 //	                                           (never the replica's address; logged in full)
 //	non-2xx execution of query-process         429 for 429 (Retry-After passed on), else 502
@@ -138,6 +139,8 @@ func errorResponse(err error, log *slog.Logger) *apiError {
 		return fiberError(fe)
 	case errors.As(err, &uce):
 		return badRequest("unclassifiable_text", "", "%v", uce)
+	case errors.Is(err, router.ErrNoText):
+		return badRequest("no_text", "", "%v; name a model to pin it to a pool", err)
 	case errors.Is(err, errTooManyConnections):
 		return &apiError{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "too_many_connections",
 			message: err.Error(), retryAfter: "1"}

@@ -45,8 +45,19 @@ const (
 // route asks the router for a decision on a request that will be executed (a slow verdict
 // holds a slot until the caller's Release) and records the router latency: arrival to
 // decision, the x-router-latency header.
+//
+// A request without text (text "": a user turn of images or files alone, see newTextInput's
+// callers) is not classified: routing.fallback places it (router.RouteNoText).
 func (s *Server) route(ctx context.Context, rq *request, text string) (router.Route, error) {
-	r, err := s.router.Route(ctx, text)
+	var (
+		r   router.Route
+		err error
+	)
+	if text == "" {
+		r, err = s.router.RouteNoText()
+	} else {
+		r, err = s.router.Route(ctx, text)
+	}
 	if err != nil {
 		return router.Route{}, err
 	}
