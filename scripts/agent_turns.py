@@ -14,7 +14,11 @@ simulated pools) and reports, for the tool turns:
   (x-router-latency).
 
 Then, on a second fresh gateway, what /v1/classify says of each kind of tool output on its own
-(share decided by the first stage, share the model calls slow).
+(share decided by the first stage, share the model calls slow), and of each task alone: the
+first turns are compared with it.
+
+With --reminders the turns carry what Claude Code adds to them: a <system-reminder> text block
+before the task in the first turn (the project's instructions) and one beside each tool result.
 
 Tasks are 80 Dolly instructions (all eight categories, seeded); tool outputs are built from
 deterministic local sources: 30 numbered lines of Go's standard library source, a directory
@@ -22,7 +26,7 @@ listing, grep hits, a `go test` run, a Go panic's stack trace, a JSON API answer
 context (a web page's text). The Go sources are `go env GOROOT`'s, so the texts are the same for
 one Go version. Standard library only.
 
-    scripts/agent_turns.py [--triage-bin bin/triage] [--port 18090]
+    scripts/agent_turns.py [--triage-bin bin/triage] [--tasks 80] [--reminders]
 """
 import argparse
 import glob
@@ -170,19 +174,35 @@ class Gateway:
         self.log.close()
 
 
-def loop(gw, tasks, outputs, tool_turns=5):
+# What Claude Code puts in user turns beside the user's words (paraphrased, same shape).
+PROJECT_REMINDER = ("<system-reminder>\nAs you answer the user's questions, use this context.\n# Project instructions\n"
+                    "Run the tests before every commit. Keep functions short. Never edit generated files.\n"
+                    "Answer only what was asked.\n</system-reminder>")
+TODO_REMINDER = ("<system-reminder>\nThe todo list is empty. Do not mention this to the user. If the task has "
+                 "several steps, use the todo tool to track them.\n</system-reminder>")
+
+
+def loop(gw, tasks, outputs, reminders, tool_turns=5):
     """Replays each task's tool loop; returns the counts the report prints."""
-    c = {"turns": 0, "other_pool": 0, "convs_changed": 0, "changed_tokens": 0, "tokens": 0, "stage": {}, "cache": {}, "lat": []}
+    c = {"turns": 0, "other_pool": 0, "convs_changed": 0, "changed_tokens": 0, "tokens": 0, "stage": {}, "cache": {}, "lat": [],
+         "first": []}
     k = 0
     for i, task in enumerate(tasks):
-        msgs = [{"role": "user", "content": task}]
+        content = task
+        if reminders:
+            content = [{"type": "text", "text": PROJECT_REMINDER}, {"type": "text", "text": task}]
+        msgs = [{"role": "user", "content": content}]
         h, _ = gw.post("/v1/messages", {"model": "auto", "max_tokens": 4, "messages": msgs})
         first = prev = h["x-router-path"]
+        c["first"].append(first)
         changed = False
         for j in range(tool_turns):
             tid = f"toolu_{i}_{j}"
             msgs.append({"role": "assistant", "content": [{"type": "tool_use", "id": tid, "name": "run", "input": {"step": j}}]})
-            msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": outputs[k % len(outputs)]}]})
+            blocks = [{"type": "tool_result", "tool_use_id": tid, "content": outputs[k % len(outputs)]}]
+            if reminders:
+                blocks.append({"type": "text", "text": TODO_REMINDER})
+            msgs.append({"role": "user", "content": blocks})
             k += 1
             h, _ = gw.post("/v1/messages", {"model": "auto", "max_tokens": 4, "messages": msgs})
             path, tokens = h["x-router-path"], int(h["x-router-prompt-tokens"] or 0)
@@ -205,6 +225,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--triage-bin", default=os.path.join(REPO, "bin", "triage"))
     ap.add_argument("--tasks", type=int, default=80)
+    ap.add_argument("--reminders", action="store_true", help="add Claude Code's <system-reminder> blocks to the turns")
     args = ap.parse_args()
 
     rows = [json.loads(l) for l in open(DOLLY)]
@@ -217,11 +238,11 @@ def main():
 
     gw = Gateway(args.triage_bin)
     try:
-        c = loop(gw, tasks, outputs)
+        c = loop(gw, tasks, outputs, args.reminders)
     finally:
         gw.close()
     n, lat = c["turns"], c["lat"]
-    print(f"binary: {args.triage_bin}")
+    print(f"binary: {args.triage_bin}; reminders: {args.reminders}")
     print(f"tool turns: {n} ({len(tasks)} tasks x 5); on another pool than the task's first turn: {c['other_pool']} "
           f"({100 * c['other_pool'] / n:.1f}%); conversations that changed pools: {c['convs_changed']} of {len(tasks)}")
     print(f"prompt tokens of the tool turns: {c['tokens']}; of those sent to another pool than the turn before: "
@@ -238,6 +259,9 @@ def main():
             st = sum(r["stage"] == "static" for r in res) / len(res)
             slow = sum(r["model_label"] == 1 for r in res) / len(res)
             print(f"| {kind} | {len(res)} | {100 * st:.0f}% | {100 * slow:.0f}% |")
+        alone = [gw.post("/v1/classify", {"text": t})[1]["results"][0]["path"] for t in tasks]
+        same = sum(a == f for a, f in zip(alone, c["first"]))
+        print(f"\nfirst turns on the pool /v1/classify gives the task's words alone: {same} of {len(tasks)}")
     finally:
         gw.close()
 

@@ -374,9 +374,8 @@ func decodeChat(body []byte, lim limits) (proxyInput, error) {
 	}
 	var (
 		rendered strings.Builder
-		lastUser = -1
+		pick     textPicker
 		anyUser  = false
-		parts    []string
 	)
 	for i, raw := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
@@ -403,27 +402,22 @@ func decodeChat(body []byte, lim limits) (proxyInput, error) {
 		rendered.WriteByte('\n')
 		if role == "user" {
 			anyUser = true
-			if texts != nil {
-				lastUser, parts = i, texts
-			}
+			pick.user(texts, param+".content")
 		}
 	}
 	if !anyUser {
 		return p, badRequest("no_user_message", "messages", "messages: no user message to classify")
 	}
-	if lastUser < 0 {
+	t, ok := pick.pick()
+	if !ok {
 		p.prompt = rendered.String()
 		return p, nil // no text to classify: routed by routing.fallback
 	}
-	param := fmt.Sprintf("messages[%d].content", lastUser)
-	var instruction, ctx string
-	switch {
-	case p.context:
-		instruction, ctx = strings.Join(parts, "\n"), extCtx
-	case len(parts) > 0:
-		instruction, ctx = parts[0], strings.Join(parts[1:], "\n")
+	instruction, ctx := split(t.parts)
+	if p.context {
+		instruction, ctx = strings.Join(t.parts, "\n"), extCtx
 	}
-	if p.text, err = newTextInput(instruction, ctx, param, lim); err != nil {
+	if p.text, err = newTextInput(instruction, ctx, t.param, lim); err != nil {
 		return p, err
 	}
 	p.prompt = rendered.String()

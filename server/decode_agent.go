@@ -97,8 +97,7 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 	if len(msgs) == 0 {
 		return p, badRequest("empty_messages", "messages", "messages: must contain at least one message")
 	}
-	lastUser, parts := -1, []string(nil)
-	lastTool, toolParts := -1, []string(nil)
+	var pick textPicker
 	anyUser := false
 	for i, raw := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
@@ -121,27 +120,24 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 			return p, err
 		}
 		rendered.WriteString(role + ": " + strings.Join(texts, "") + "\n")
-		anyUser = anyUser || role == "user"
-		switch {
-		case role != "user":
-		case len(own) > 0:
-			lastUser, parts = i, own
-		case len(texts) > 0:
-			lastTool, toolParts = i, texts
+		if role == "user" {
+			anyUser = true
+			pick.user(own, param+".content")
+			if len(texts) > len(own) {
+				pick.toolOutput(texts, param+".content")
+			}
 		}
-	}
-	if lastUser < 0 {
-		lastUser, parts = lastTool, toolParts
 	}
 	if !anyUser {
 		return p, badRequest("no_user_message", "messages", "messages: no user turn to classify")
 	}
-	if lastUser < 0 {
+	t, ok := pick.pick()
+	if !ok {
 		p.prompt = rendered.String()
 		return p, nil // no text to classify: routed by routing.fallback
 	}
-	param := fmt.Sprintf("messages[%d].content", lastUser)
-	if p.text, err = newTextInput(parts[0], strings.Join(parts[1:], "\n"), param, lim); err != nil {
+	instruction, ctx := split(t.parts)
+	if p.text, err = newTextInput(instruction, ctx, t.param, lim); err != nil {
 		return p, err
 	}
 	p.prompt = rendered.String()
@@ -502,8 +498,8 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 		if len(items) == 0 {
 			return p, badRequest("empty_input", "input", "input: must contain at least one item")
 		}
-		var toolOut []string
-		toolParam, anyUser := "", false
+		var pick textPicker
+		anyUser := false
 		for i, item := range items {
 			pp := fmt.Sprintf("input[%d]", i)
 			role, texts, isOutput, err := responseItem(item, pp)
@@ -513,14 +509,14 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 			rendered.WriteString(role + ": " + strings.Join(texts, "") + "\n")
 			anyUser = anyUser || role == "user"
 			switch {
-			case isOutput && len(texts) > 0:
-				toolOut, toolParam = texts, pp+".output"
-			case role == "user" && len(texts) > 0:
-				parts, param = texts, pp+".content"
+			case isOutput:
+				pick.toolOutput(texts, pp+".output")
+			case role == "user":
+				pick.user(texts, pp+".content")
 			}
 		}
-		if parts == nil && toolOut != nil {
-			parts, param = toolOut, toolParam
+		if t, ok := pick.pick(); ok {
+			parts, param = t.parts, t.param
 		}
 		if parts == nil && anyUser && p.previous == "" {
 			p.prompt = rendered.String()
@@ -536,7 +532,8 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 	if len(parts) == 0 {
 		return p, badRequest("no_user_message", "input", "input: no user message with text to classify")
 	}
-	if p.text, err = newTextInput(parts[0], strings.Join(parts[1:], "\n"), param, lim); err != nil {
+	instruction, ctx := split(parts)
+	if p.text, err = newTextInput(instruction, ctx, param, lim); err != nil {
 		return p, err
 	}
 	return p, nil
