@@ -408,16 +408,11 @@ func decodeChat(body []byte, lim limits) (proxyInput, error) {
 	if !anyUser {
 		return p, badRequest("no_user_message", "messages", "messages: no user message to classify")
 	}
-	t, ok := pick.pick()
-	if !ok {
-		p.prompt = rendered.String()
-		return p, nil // no text to classify: routed by routing.fallback
-	}
-	instruction, ctx := split(t.parts)
+	var joined *string
 	if p.context {
-		instruction, ctx = strings.Join(t.parts, "\n"), extCtx
+		joined = &extCtx
 	}
-	if p.text, err = newTextInput(instruction, ctx, t.param, lim); err != nil {
+	if p.text, err = pick.input(lim, joined); err != nil {
 		return p, err
 	}
 	p.prompt = rendered.String()

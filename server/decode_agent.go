@@ -131,13 +131,7 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 	if !anyUser {
 		return p, badRequest("no_user_message", "messages", "messages: no user turn to classify")
 	}
-	t, ok := pick.pick()
-	if !ok {
-		p.prompt = rendered.String()
-		return p, nil // no text to classify: routed by routing.fallback
-	}
-	instruction, ctx := split(t.parts)
-	if p.text, err = newTextInput(instruction, ctx, t.param, lim); err != nil {
+	if p.text, err = pick.input(lim, nil); err != nil {
 		return p, err
 	}
 	p.prompt = rendered.String()
@@ -480,15 +474,16 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 	if !present(f.Input) || string(f.Input) == "null" {
 		return p, badRequest("missing_field", "input", "input: required")
 	}
-	var parts []string
-	param := "input"
+	var pick textPicker
+	anyUser := false
 	switch f.Input[0] {
 	case '"':
 		s, err := stringField(f.Input, "input")
 		if err != nil {
 			return p, err
 		}
-		parts = []string{s}
+		pick.user([]string{s}, "input")
+		anyUser = true
 		rendered.WriteString("user: " + s + "\n")
 	case '[':
 		items, err := arrayItems(f.Input, "input")
@@ -498,8 +493,6 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 		if len(items) == 0 {
 			return p, badRequest("empty_input", "input", "input: must contain at least one item")
 		}
-		var pick textPicker
-		anyUser := false
 		for i, item := range items {
 			pp := fmt.Sprintf("input[%d]", i)
 			role, texts, isOutput, err := responseItem(item, pp)
@@ -515,25 +508,20 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 				pick.user(texts, pp+".content")
 			}
 		}
-		if t, ok := pick.pick(); ok {
-			parts, param = t.parts, t.param
-		}
-		if parts == nil && anyUser && p.previous == "" {
-			p.prompt = rendered.String()
-			return p, nil // user input of images or files alone: no text, routed by routing.fallback
-		}
 	default:
 		return p, badRequest("invalid_type", "input", "input: must be a string or an array of input items, got %s", jsonKind(f.Input))
 	}
 	p.prompt = rendered.String()
-	if len(parts) == 0 && p.previous != "" {
-		return p, nil // a continuation is not classified: an agent may send an empty tool output
-	}
-	if len(parts) == 0 {
+	if _, ok := pick.pick(); !ok {
+		switch {
+		case p.previous != "":
+			return p, nil // a continuation is not classified: an agent may send an empty tool output
+		case anyUser:
+			return p, nil // user input of images or files alone: no text, routed by routing.fallback
+		}
 		return p, badRequest("no_user_message", "input", "input: no user message with text to classify")
 	}
-	instruction, ctx := split(parts)
-	if p.text, err = newTextInput(instruction, ctx, param, lim); err != nil {
+	if p.text, err = pick.input(lim, nil); err != nil {
 		return p, err
 	}
 	return p, nil

@@ -126,6 +126,21 @@ func (p *textPicker) toolOutput(parts []string, param string) {
 	}
 }
 
+// input builds the text to classify from the picked turn (split's instruction and context; with
+// extCtx, chat's "context" field, the turn's parts joined are the instruction and extCtx the
+// context). A zero textInput means no turn has text: routing.fallback places the request.
+func (p *textPicker) input(lim limits, extCtx *string) (textInput, error) {
+	t, ok := p.pick()
+	if !ok {
+		return textInput{}, nil
+	}
+	instruction, ctx := split(t.parts)
+	if extCtx != nil {
+		instruction, ctx = strings.Join(t.parts, "\n"), *extCtx
+	}
+	return newTextInput(instruction, ctx, t.param, lim)
+}
+
 // pick returns the turn to classify; ok is false when no turn has text.
 func (p *textPicker) pick() (t turnText, ok bool) {
 	for _, c := range []turnText{p.own, p.wrappedOnly, p.tool} {
