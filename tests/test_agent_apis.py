@@ -125,6 +125,25 @@ def test_tool_use_round_trip(claude):
     assert second.content[0].type == "text" and second.content[0].text
 
 
+def test_agent_loop_classified_by_its_task(claude, gateway):
+    """Claude Code's shape: a <system-reminder> block before the user's words and one beside
+    each tool result. Every turn is classified by the words alone (the P(slow) /v1/classify
+    gives them), the tool turns as result-cache hits on the task's pool."""
+    task = "Write a short story about a lighthouse keeper who befriends a storm."
+    alone = httpx.post(gateway + "/v1/classify", json={"text": task}).json()["results"][0]
+    reminder = {"type": "text", "text": "<system-reminder>\nFollow the project's style guide.\n</system-reminder>"}
+    msgs = [{"role": "user", "content": [reminder, {"type": "text", "text": task}]}]
+    raw = claude.messages.with_raw_response.create(model="auto", max_tokens=4, tools=[WEATHER], messages=msgs)
+    assert raw.headers["x-router-path"] == alone["path"]
+    assert float(raw.headers["x-router-p-slow"]) == pytest.approx(alone["p_slow"], abs=1e-4)
+    for i, output in enumerate(["README.md\nmain.go", '{"ok": true, "items": []}', "--- FAIL: TestX (0.01s)"]):
+        msgs.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "get_weather", "input": {"city": "x"}}]})
+        msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": output}, reminder]})
+        turn = claude.messages.with_raw_response.create(model="auto", max_tokens=4, tools=[WEATHER], messages=msgs)
+        assert turn.headers["x-router-path"] == alone["path"], output
+        assert turn.headers["x-router-cache"] == "hit", output
+
+
 def test_messages_errors_in_anthropic_shape(claude, gateway):
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="auto", max_tokens=0, messages=[{"role": "user", "content": "hi"}])
