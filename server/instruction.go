@@ -61,29 +61,32 @@ func tagByte(c byte, first bool) bool {
 // ownText reports whether p is a text of the user's own: neither blank nor injected.
 func ownText(p string) bool { return strings.TrimSpace(p) != "" && !injected(p) }
 
-// split returns parts' instruction and context: the user's own parts, the first the
-// instruction and the others, in order, joined by newlines, its context; blank and injected
-// parts are left out. When no part is the user's own, the parts that are not blank (the
-// first the instruction), and when all are blank, all of them (newTextInput refuses them).
-func split(parts []string) (instruction, context string) {
-	kept := make([]string, 0, len(parts))
+// kept returns the parts classified: the user's own (blank and injected parts left out); when
+// no part is the user's own, those that are not blank; when all are blank, all of them
+// (newTextInput refuses them).
+func kept(parts []string) []string {
+	out := make([]string, 0, len(parts))
 	for _, keep := range []func(string) bool{ownText, func(p string) bool { return strings.TrimSpace(p) != "" }} {
 		for _, p := range parts {
 			if keep(p) {
-				kept = append(kept, p)
+				out = append(out, p)
 			}
 		}
-		if len(kept) > 0 {
-			break
+		if len(out) > 0 {
+			return out
 		}
 	}
-	if len(kept) == 0 {
-		kept = parts
-	}
-	if len(kept) == 0 {
+	return parts
+}
+
+// split returns parts' instruction and context: of the parts kept, the first is the
+// instruction and the others, in order, joined by newlines, its context.
+func split(parts []string) (instruction, context string) {
+	k := kept(parts)
+	if len(k) == 0 {
 		return "", ""
 	}
-	return kept[0], strings.Join(kept[1:], "\n")
+	return k[0], strings.Join(k[1:], "\n")
 }
 
 // ownWords reports whether parts hold a text of the user's own.
@@ -105,7 +108,7 @@ type turnText struct {
 // textPicker keeps, over a conversation's turns in order, the candidates for the text it is
 // classified by (see the top of this file).
 type textPicker struct {
-	own, wrappedOnly, tool turnText
+	own, injectedOnly, tool turnText
 }
 
 // user offers the texts of a user turn (its own, not tool output).
@@ -115,7 +118,7 @@ func (p *textPicker) user(parts []string, param string) {
 	case ownWords(parts):
 		p.own = turnText{parts, param}
 	default:
-		p.wrappedOnly = turnText{parts, param}
+		p.injectedOnly = turnText{parts, param}
 	}
 }
 
@@ -127,7 +130,7 @@ func (p *textPicker) toolOutput(parts []string, param string) {
 }
 
 // input builds the text to classify from the picked turn (split's instruction and context; with
-// extCtx, chat's "context" field, the turn's parts joined are the instruction and extCtx the
+// extCtx, chat's "context" field, the kept parts joined are the instruction and extCtx the
 // context). A zero textInput means no turn has text: routing.fallback places the request.
 func (p *textPicker) input(lim limits, extCtx *string) (textInput, error) {
 	t, ok := p.pick()
@@ -136,14 +139,14 @@ func (p *textPicker) input(lim limits, extCtx *string) (textInput, error) {
 	}
 	instruction, ctx := split(t.parts)
 	if extCtx != nil {
-		instruction, ctx = strings.Join(t.parts, "\n"), *extCtx
+		instruction, ctx = strings.Join(kept(t.parts), "\n"), *extCtx
 	}
 	return newTextInput(instruction, ctx, t.param, lim)
 }
 
 // pick returns the turn to classify; ok is false when no turn has text.
 func (p *textPicker) pick() (t turnText, ok bool) {
-	for _, c := range []turnText{p.own, p.wrappedOnly, p.tool} {
+	for _, c := range []turnText{p.own, p.injectedOnly, p.tool} {
 		if c.parts != nil {
 			return c, true
 		}

@@ -73,6 +73,11 @@ func TestAgentInjectedContextIsNotTheInstruction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "rename foo", c.text.instruction)
 
+	c, err = decodeChat([]byte(`{"context":"the doc","messages":[{"role":"user","content":[{"type":"text","text":"<system-reminder>x</system-reminder>"},{"type":"text","text":"summarize"},{"type":"text","text":"briefly"}]}]}`), fuzzLimits)
+	require.NoError(t, err)
+	require.Equal(t, "summarize\nbriefly", c.text.instruction, "with the context field too")
+	require.Equal(t, "the doc", c.text.context)
+
 	// A turn of injected texts alone is classified when nothing else is.
 	c, err = decodeChat([]byte(`{"messages":[{"role":"user","content":"<environment_details>cwd /src</environment_details>"}]}`), fuzzLimits)
 	require.NoError(t, err)
