@@ -15,8 +15,8 @@ import "strings"
 //     --reminders: 63 of 80 tasks changed pool with their reminder as context.) Other
 //     wrapped parts (<document>...</document>) are the user's and count as text.
 //   - The turn classified is the last with a text of the user's own (neither blank nor
-//     injected); else the last whose texts are all injected; else the last turn of tool
-//     output (Messages' tool_result blocks, Responses' function_call_output); else none:
+//     injected); else the last turn of tool output (Messages' tool_result blocks, Responses'
+//     function_call_output); else the last whose texts are all injected or blank; else none:
 //     routing.fallback places the request (reason no_text).
 
 // injectedTags are the tags of the context agents add to a user turn.
@@ -146,7 +146,7 @@ func (p *textPicker) input(lim limits, extCtx *string) (textInput, error) {
 
 // pick returns the turn to classify; ok is false when no turn has text.
 func (p *textPicker) pick() (t turnText, ok bool) {
-	for _, c := range []turnText{p.own, p.injectedOnly, p.tool} {
+	for _, c := range []turnText{p.own, p.tool, p.injectedOnly} {
 		if c.parts != nil {
 			return c, true
 		}

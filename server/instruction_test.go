@@ -78,6 +78,12 @@ func TestAgentInjectedContextIsNotTheInstruction(t *testing.T) {
 	require.Equal(t, "summarize\nbriefly", c.text.instruction, "with the context field too")
 	require.Equal(t, "the doc", c.text.context)
 
+	// A tool's output comes before a turn of injected texts alone.
+	m, err = decodeMessages([]byte(`{"max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"out"},`+rem+`]}]}`), fuzzLimits, false)
+	require.NoError(t, err)
+	require.Equal(t, "out", m.text.instruction)
+
 	// A turn of injected texts alone is classified when nothing else is.
 	c, err = decodeChat([]byte(`{"messages":[{"role":"user","content":"<environment_details>cwd /src</environment_details>"}]}`), fuzzLimits)
 	require.NoError(t, err)
