@@ -8,7 +8,8 @@ import "strings"
 // loop by whatever the tool printed. So:
 //
 //   - A text part wholly wrapped in a tag that agents use for what they inject (Claude Code's
-//     <system-reminder>, Cline's and Roo Code's <environment_details>; injectedTags) is left
+//     <system-reminder>, Cline's and Roo Code's <environment_details>, Codex's
+//     <environment_context> and <user_instructions> user messages; injectedTags) is left
 //     out of the classifier's input: it is neither the user's request nor a document the
 //     request is about. (As a context it would still move the decision: the model reads a
 //     context as a document attached to the request. Measured with scripts/agent_turns.py
@@ -20,7 +21,8 @@ import "strings"
 //     routing.fallback places the request (reason no_text).
 
 // injectedTags are the tags of the context agents add to a user turn.
-var injectedTags = map[string]bool{"system-reminder": true, "environment_details": true}
+var injectedTags = map[string]bool{"system-reminder": true, "environment_details": true, "environment_context": true,
+	"user_instructions": true}
 
 // injected reports whether s is one element of an injectedTags tag.
 func injected(s string) bool { return injectedTags[wrapped(s)] }

@@ -89,7 +89,17 @@ func TestAgentInjectedContextIsNotTheInstruction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "<environment_details>cwd /src</environment_details>", c.text.instruction)
 
-	r, err := decodeResponses([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"<system-reminder>x</system-reminder>"},{"type":"input_text","text":"rename foo"}]}]}`), fuzzLimits)
+	// Codex's shape: its AGENTS.md and environment as user messages of their own, before and
+	// after the user's.
+	r, err := decodeResponses([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"<user_instructions>\nRun make test.\n</user_instructions>"}]},`+
+		`{"role":"user","content":[{"type":"input_text","text":"<environment_context>\n  <cwd>/src</cwd>\n</environment_context>"}]},`+
+		`{"role":"user","content":[{"type":"input_text","text":"rename foo"}]},`+
+		`{"role":"user","content":[{"type":"input_text","text":"<environment_context>\n  <cwd>/src/x</cwd>\n</environment_context>"}]}]}`), fuzzLimits)
+	require.NoError(t, err)
+	require.Equal(t, "rename foo", r.text.instruction)
+	require.Empty(t, r.text.context)
+
+	r, err = decodeResponses([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"<system-reminder>x</system-reminder>"},{"type":"input_text","text":"rename foo"}]}]}`), fuzzLimits)
 	require.NoError(t, err)
 	require.Equal(t, "rename foo", r.text.instruction)
 	require.Empty(t, r.text.context)
