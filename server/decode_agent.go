@@ -20,15 +20,11 @@ type messagesInput struct {
 
 // decodeMessages reads and strictly checks a Messages request (the fields the gateway reads
 // or translates, each type and each content block; other top-level fields pass through).
-// The text classified is the last user turn with text blocks of its own: those blocks, the
-// first the instruction and the rest its context. An agent's turn that only returns tool
-// results is classified by the task it works on, as a chat completion's tool messages are:
-// the tool's output is not the request's instruction, and a conversation that changed pools
-// at every tool turn would lose its prefix on the engine each time (see tool_results in
-// docs/http-api.md). Only a conversation with no user text at all is classified by its last
-// tool results, and one with neither (images or documents alone) has no text to classify:
-// p.text stays empty and routing.fallback places it (Server.route). The system prompt is
-// never the instruction. count is set for count_tokens, which takes no max_tokens.
+// The text classified is chosen by textPicker (instruction.go): the last user turn with text
+// blocks of the user's own, so an agent's turn that only returns tool results is classified by
+// its task; tool results only when no user text exists; none (p.text empty, placed by
+// routing.fallback) for images or documents alone. The system prompt is never the
+// instruction. count is set for count_tokens, which takes no max_tokens.
 func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) {
 	var p messagesInput
 	if err := checkBody(body); err != nil {
