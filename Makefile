@@ -14,7 +14,7 @@ export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-tool-prompts bench-in-band bench-aiperf bench-vllm-prefix train clean help
+.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-tool-prompts bench-pasted bench-in-band bench-aiperf bench-vllm-prefix train clean help
 
 ## the default: build
 all: build
@@ -79,7 +79,7 @@ test-pure: setup-redis
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m $(filter-out %/deploy,$(PURE_PKGS))
 
 # Native Go fuzzing of everything a client or an operator feeds the gateway, FUZZTIME each, one
-# target after the other (23 targets: about 5 minutes at 10s, builds included; internal/archtest
+# target after the other (26 targets: about 6 minutes at 10s, builds included; internal/archtest
 # checks that this list names every Fuzz function in the tree). Each target's
 # seeds (and any crasher committed under <package>/testdata/fuzz/) also run in every plain
 # `go test`. New coverage is minimized for at most 2s so the time goes to fuzzing. A crasher
@@ -94,7 +94,7 @@ FUZZ_TARGETS := \
 	server:FuzzClientInputLeavesReplicasHealthy server:FuzzSSEFramer server:FuzzParseKeys server:FuzzRoutingKey \
 	upstream:FuzzCheckHeader upstream/kvevents:FuzzDecode config:FuzzConfigYAML fleet:FuzzWireDecode \
 	translate:FuzzStream translate:FuzzChatToMessage translate:FuzzResponsesTranslation classifier:FuzzFilterNoise \
-	internal/jsonscan:FuzzAgreesWithEncodingJSON server:FuzzObjectFieldsAgree server:FuzzSplicedBodies \
+	internal/jsonscan:FuzzAgreesWithEncodingJSON server:FuzzObjectFieldsAgree server:FuzzSplicedBodies server:FuzzSplitPasted \
 	classifier/onnx:FuzzWordCache upstream:FuzzUsageReaders classifier:FuzzAddScaled router:FuzzNormalize
 
 ## fuzz every Fuzz target for FUZZTIME (10s) each; crashers land in out/fuzz-crashers/
@@ -237,6 +237,13 @@ bench-side-by-side: build
 ## the cascade on the prompts aiperf and guidellm send (bench/tool-prompts/measure.sh)
 bench-tool-prompts: build setup-aiperf
 	bench/tool-prompts/measure.sh
+
+# Documents pasted into the message (docs/http-api.md, "Pasted documents"): Dolly rows with a
+# context sent as one text through four gateways (cascade / MiniLM, server.split_pasted on /
+# off); about 4 minutes. Results in bench/results/pasted/.
+## how pasted documents are classified, with and without server.split_pasted (bench/pasted/measure.py)
+bench-pasted: build
+	.deps/venv/bin/python bench/pasted/measure.py
 
 # The first stage under load, end to end: Dolly's test split through /v1/classify with the band
 # collapsed by 16 clients, with and without the model's in-band head; under a minute. Results in

@@ -45,6 +45,11 @@ type HTTPConfig struct {
 	MaxTextBytes int `yaml:"max_text_bytes"`
 	// MaxBatchTexts is the most texts one POST /v1/classify may carry. Default 64.
 	MaxBatchTexts int `yaml:"max_batch_texts"`
+	// SplitPasted classifies a text without a context whose first or last paragraph is short
+	// and the rest long (a document pasted into the message) as that paragraph, the
+	// instruction, with the rest as its context; the request goes upstream as it came.
+	// Default true; false classifies such a text as one instruction (pasted.go).
+	SplitPasted bool `yaml:"split_pasted"`
 	// RequestTimeout bounds one request from arrival until its response has been produced:
 	// classification, the upstream call and, for non-streaming answers, the upstream body.
 	// A streaming answer is bounded by it until its headers arrive, then by the pool's
@@ -96,6 +101,7 @@ func DefaultHTTPConfig() HTTPConfig {
 		BodyLimit:               1 << 20,
 		MaxTextBytes:            16 << 10,
 		MaxBatchTexts:           64,
+		SplitPasted:             true,
 		RequestTimeout:          30 * time.Second,
 		ShutdownTimeout:         15 * time.Second,
 		ReadTimeout:             30 * time.Second,

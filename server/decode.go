@@ -15,8 +15,9 @@ import (
 
 // limits bound what a request may carry; from HTTPConfig.
 type limits struct {
-	maxTextBytes  int // classifier input per text, after normalisation
-	maxBatchTexts int // items in one /v1/classify
+	maxTextBytes  int  // classifier input per text, after normalisation
+	maxBatchTexts int  // items in one /v1/classify
+	splitPasted   bool // a pasted document is the context (server.split_pasted, pasted.go)
 }
 
 // textInput is one text to classify.
@@ -43,7 +44,13 @@ func newTextInput(instruction, context, param string, lim limits) (textInput, er
 	if strings.TrimSpace(strings.ReplaceAll(instruction, "\x00", "")) == "" {
 		return textInput{}, badRequest("empty_text", param, "%s: must not be empty", param)
 	}
-	in := router.InputWithin(instruction, context, lim.maxTextBytes)
+	ci, cc := instruction, context
+	if lim.splitPasted && strings.TrimSpace(context) == "" {
+		if i, c, ok := splitPasted(instruction); ok {
+			ci, cc = i, c
+		}
+	}
+	in := router.InputWithin(ci, cc, lim.maxTextBytes)
 	return textInput{instruction: instruction, context: context, input: in}, nil
 }
 

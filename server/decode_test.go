@@ -22,7 +22,7 @@ import (
 	"github.com/triage-gw/triage/upstream"
 )
 
-var fuzzLimits = limits{maxTextBytes: 256, maxBatchTexts: 4}
+var fuzzLimits = limits{maxTextBytes: 256, maxBatchTexts: 4, splitPasted: true}
 
 // requireBadRequest holds every decode error to the contract: an *apiError with a 4xx status,
 // an OpenAI type and a message.
@@ -59,6 +59,7 @@ var decodeSeeds = []string{
 	`{"text":"hello"}`,
 	`{"text":"hello","context":"world"}`,
 	`{"text":"  spaced \n out  "}`,
+	`{"text":"Summarize:\n\n one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty a b c d e f g h i j k l"}`,
 	`{"text":""}`,
 	`{"text":null}`,
 	`{"text":5}`,

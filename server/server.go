@@ -78,7 +78,7 @@ func New(cfg Config, opts Options) (_ *Server, err error) {
 	}
 	s := &Server{
 		cfg:       cfg,
-		lim:       limits{maxTextBytes: cfg.HTTP.MaxTextBytes, maxBatchTexts: cfg.HTTP.MaxBatchTexts},
+		lim:       limits{cfg.HTTP.MaxTextBytes, cfg.HTTP.MaxBatchTexts, cfg.HTTP.SplitPasted},
 		log:       opts.Logger,
 		reg:       opts.Registry,
 		ln:        opts.Listener,

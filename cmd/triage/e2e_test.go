@@ -448,3 +448,42 @@ func TestFleetOfTwoGatewaysKeepsConversationsOnTheirReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestPastedDocumentClassifiedByItsInstruction: with the shipped model, a summarization
+// request whose article is pasted into the message (either side of the instruction, a blank
+// line between) is classified as the instruction with the article as its context, so it goes
+// to the fast pool as the same request with a separate context does; with
+// server.split_pasted off the whole message is the instruction, and the model reads it as a
+// long request (slow).
+func TestPastedDocumentClassifiedByItsInstruction(t *testing.T) {
+	const (
+		// A row of Dolly's summarization test split.
+		instruction = "Summarize Roosevelt's accomplishments described in this paragraph."
+		article     = "Beginning in 1925, Roosevelt spent most of his time in the Southern United States, at " +
+			"first on his houseboat, the Larooco. Intrigued by the potential benefits of hydrotherapy, he " +
+			"established a rehabilitation center at Warm Springs, Georgia, in 1926. To create the rehabilitation " +
+			"center, he assembled a staff of physical therapists and used most of his inheritance to purchase " +
+			"the Merriweather Inn. In 1938, he founded the National Foundation for Infantile Paralysis, leading " +
+			"to the development of polio vaccines."
+	)
+	cfg := config.DefaultConfig()
+	quickSims(&cfg)
+	on, _ := startGateway(t, cfg)
+	cfg.Server.SplitPasted = false
+	off, _ := startGateway(t, cfg)
+
+	for _, text := range []string{instruction + "\n\n" + article, article + "\n\n" + instruction} {
+		body, _ := json.Marshal(map[string]any{"model": "auto", "max_tokens": 4,
+			"messages": []map[string]string{{"role": "user", "content": text}}})
+		resp, b := post(t, on+"/v1/chat/completions", string(body))
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		require.Equal(t, "fast", resp.Header.Get("x-router-path"), "%.40q", text)
+		resp, b = post(t, off+"/v1/chat/completions", string(body))
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		require.Equal(t, "slow", resp.Header.Get("x-router-path"), "%.40q with split_pasted off", text)
+	}
+	// The same request with the article as a context of its own, for reference.
+	resp, b := post(t, off+"/v1/classify", fmt.Sprintf(`{"text":%q,"context":%q}`, instruction, article))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Contains(t, string(b), `"model_label":0`)
+}
