@@ -27,6 +27,8 @@ type textInput struct {
 	// input is the classifier's input, router.Input(instruction, context). It is the
 	// text the batcher sees and the text part of the cache key.
 	input string
+	// pasted: the instruction held a pasted document, classified as its context (pasted.go).
+	pasted bool
 }
 
 // newTextInput validates and formats one text; param names it in errors ("text",
@@ -44,14 +46,14 @@ func newTextInput(instruction, context, param string, lim limits) (textInput, er
 	if strings.TrimSpace(strings.ReplaceAll(instruction, "\x00", "")) == "" {
 		return textInput{}, badRequest("empty_text", param, "%s: must not be empty", param)
 	}
-	ci, cc := instruction, context
+	ci, cc, pasted := instruction, context, false
 	if lim.splitPasted && strings.TrimSpace(context) == "" {
 		if i, c, ok := splitPasted(instruction); ok {
-			ci, cc = i, c
+			ci, cc, pasted = i, c, true
 		}
 	}
 	in := router.InputWithin(ci, cc, lim.maxTextBytes)
-	return textInput{instruction: instruction, context: context, input: in}, nil
+	return textInput{instruction: instruction, context: context, input: in, pasted: pasted}, nil
 }
 
 // checkBody rejects what no JSON endpoint accepts: an empty body or invalid UTF-8

@@ -28,6 +28,7 @@ func (s *Server) handleQueryProcess(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
+	s.m.notePasted(in)
 	session := routingKey(strings.Clone(c.Get(HeaderSession)))
 	target, err := sloTarget(c)
 	if err != nil {
@@ -150,6 +151,7 @@ func (s *Server) handleClassify(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
+	s.m.notePasted(ins...)
 	dl := s.newDeadline()
 	defer dl.end()
 	texts := make([]string, len(ins))

@@ -18,6 +18,7 @@ type metrics struct {
 	connsRejected *prometheus.CounterVec // reason
 	bodyTimeouts  prometheus.Counter
 	clientGone    prometheus.Counter
+	pasted        prometheus.Counter
 }
 
 // newMetrics builds the server's metrics and registers them, with the Go and process
@@ -59,12 +60,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "triage_server_client_gone_total",
 			Help: "Requests cancelled upstream because their client closed or reset its connection while they waited on a replica (answered 499).",
 		}),
+		pasted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "triage_pasted_documents_total",
+			Help: "Texts classified as a short instruction with a document pasted beside it as its context (server.split_pasted); /v1/classify items included.",
+		}),
 	}
 	for _, r := range []string{"max_connections", "max_connections_per_ip"} {
 		m.connsRejected.WithLabelValues(r)
 	}
 	all := []prometheus.Collector{
 		m.requests, m.routerLatency, m.inflight, m.writeStalls, m.connsOpen, m.connsRejected, m.bodyTimeouts, m.clientGone,
+		m.pasted,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -74,4 +80,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// notePasted counts the texts that were classified with a pasted document as their context.
+func (m *metrics) notePasted(ins ...textInput) {
+	for _, in := range ins {
+		if in.pasted {
+			m.pasted.Inc()
+		}
+	}
 }

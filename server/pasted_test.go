@@ -100,10 +100,12 @@ func TestPastedDocumentIsTheContext(t *testing.T) {
 		in, err := decode([]byte(bodies[name]), on)
 		require.NoError(t, err, name)
 		require.Equal(t, split, in.input, name)
+		require.True(t, in.pasted, name)
 		require.Equal(t, pasted, in.instruction, "%s: the request's own text is kept", name)
 		in, err = decode([]byte(bodies[name]), off)
 		require.NoError(t, err, name)
 		require.Equal(t, whole, in.input, "%s with split_pasted off", name)
+		require.False(t, in.pasted, name)
 	}
 
 	// A context named by the request is the context; the text is not split again.

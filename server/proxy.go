@@ -65,6 +65,7 @@ func (s *Server) proxy(c *fiber.Ctx, rq *request, path string, decode func([]byt
 	if err != nil {
 		return err
 	}
+	s.m.notePasted(in.text)
 	if in.context {
 		if body, err = withoutField(body, "context"); err != nil {
 			return err

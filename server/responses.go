@@ -60,6 +60,7 @@ func (s *Server) handleResponses(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
+	s.m.notePasted(in.text)
 	x, err := s.newExchange(c, rq, in.user, in.prompt, forwardedHeader)
 	if err != nil {
 		return err

@@ -482,6 +482,8 @@ func TestPastedDocumentClassifiedByItsInstruction(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 		require.Equal(t, "slow", resp.Header.Get("x-router-path"), "%.40q with split_pasted off", text)
 	}
+	require.Contains(t, metricsText(t, on), "triage_pasted_documents_total 2\n")
+	require.Contains(t, metricsText(t, off), "triage_pasted_documents_total 0\n")
 	// The same request with the article as a context of its own, for reference.
 	resp, b := post(t, off+"/v1/classify", fmt.Sprintf(`{"text":%q,"context":%q}`, instruction, article))
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
