@@ -144,6 +144,36 @@ def test_agent_loop_classified_by_its_task(claude, gateway):
         assert turn.headers["x-router-cache"] == "hit", output
 
 
+# A row of Dolly's summarization test split.
+SUMMARIZE = "Summarize Roosevelt's accomplishments described in this paragraph."
+ARTICLE = ("Beginning in 1925, Roosevelt spent most of his time in the Southern United States, at first on his "
+           "houseboat, the Larooco. Intrigued by the potential benefits of hydrotherapy, he established a "
+           "rehabilitation center at Warm Springs, Georgia, in 1926. To create the rehabilitation center, he "
+           "assembled a staff of physical therapists and used most of his inheritance to purchase the Merriweather "
+           "Inn. In 1938, he founded the National Foundation for Infantile Paralysis, leading to the development "
+           "of polio vaccines.")
+
+
+def test_pasted_document_classified_by_its_request(claude, oai, gateway):
+    """A summarization request with its article pasted into the one message, before or after it,
+    is classified as the request with the article as its context (docs/http-api.md, "Pasted
+    documents"): the P(slow) /v1/classify gives with the context apart, on every API."""
+    apart = httpx.post(gateway + "/v1/classify", json={"text": SUMMARIZE, "context": ARTICLE}).json()["results"][0]
+    whole = httpx.post(gateway + "/v1/classify", json={"text": SUMMARIZE + " " + ARTICLE}).json()["results"][0]
+    assert apart["path"] == "fast" and whole["path"] == "slow", "one line: no split, read as a long request"
+    for text in (SUMMARIZE + "\n\n" + ARTICLE, ARTICLE + "\n\n" + SUMMARIZE):
+        heads = [
+            claude.messages.with_raw_response.create(
+                model="auto", max_tokens=4, messages=[{"role": "user", "content": text}]).headers,
+            oai.chat.completions.with_raw_response.create(
+                model="auto", max_tokens=4, messages=[{"role": "user", "content": text}]).headers,
+            oai.responses.with_raw_response.create(model="auto", max_output_tokens=16, input=text).headers,
+        ]
+        for h in heads:
+            assert h["x-router-path"] == "fast"
+            assert float(h["x-router-p-slow"]) == pytest.approx(apart["p_slow"], abs=1e-4)
+
+
 def test_messages_errors_in_anthropic_shape(claude, gateway):
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="auto", max_tokens=0, messages=[{"role": "user", "content": "hi"}])
