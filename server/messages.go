@@ -57,6 +57,7 @@ func (s *Server) handleMessages(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
+	s.m.notePasted(in.text)
 	x, err := s.newExchange(c, rq, in.user, in.prompt, messagesForwardedHeader)
 	if err != nil {
 		return err
@@ -150,6 +151,7 @@ func (s *Server) handleCountTokens(c *fiber.Ctx, rq *request) error {
 	if err != nil {
 		return err
 	}
+	s.m.notePasted(in.text)
 	header, err := messagesForwardedHeader(c)
 	if err != nil {
 		return err

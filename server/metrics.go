@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		pasted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "triage_pasted_documents_total",
-			Help: "Texts classified as a short instruction with a document pasted beside it as its context (server.split_pasted); /v1/classify items included.",
+			Help: "Texts read as a short instruction with a document pasted beside it as its context (server.split_pasted), counted as the request is read (a request pinned to a pool by its model is counted but not classified); /v1/classify items included.",
 		}),
 	}
 	for _, r := range []string{"max_connections", "max_connections_per_ip"} {
@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// notePasted counts the texts that were classified with a pasted document as their context.
+// notePasted counts the texts read with a pasted document as their context.
 func (m *metrics) notePasted(ins ...textInput) {
 	for _, in := range ins {
 		if in.pasted {

@@ -161,6 +161,7 @@ def test_pasted_document_classified_by_its_request(claude, oai, gateway):
     apart = httpx.post(gateway + "/v1/classify", json={"text": SUMMARIZE, "context": ARTICLE}).json()["results"][0]
     whole = httpx.post(gateway + "/v1/classify", json={"text": SUMMARIZE + " " + ARTICLE}).json()["results"][0]
     assert apart["path"] == "fast" and whole["path"] == "slow", "one line: no split, read as a long request"
+    before = pasted_count(gateway)
     for text in (SUMMARIZE + "\n\n" + ARTICLE, ARTICLE + "\n\n" + SUMMARIZE):
         heads = [
             claude.messages.with_raw_response.create(
@@ -172,6 +173,14 @@ def test_pasted_document_classified_by_its_request(claude, oai, gateway):
         for h in heads:
             assert h["x-router-path"] == "fast"
             assert float(h["x-router-p-slow"]) == pytest.approx(apart["p_slow"], abs=1e-4)
+    assert pasted_count(gateway) == before + 6
+
+
+def pasted_count(gateway):
+    for line in httpx.get(gateway + "/metrics").text.splitlines():
+        if line.startswith("triage_pasted_documents_total "):
+            return float(line.split()[1])
+    raise AssertionError("triage_pasted_documents_total missing")
 
 
 def test_messages_errors_in_anthropic_shape(claude, gateway):
