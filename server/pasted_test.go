@@ -30,7 +30,23 @@ func TestSplitPasted(t *testing.T) {
 			"Summarize this.", words(60) + "\n\nKeep it under fifty words, please."},
 		{"blank line of spaces, CRLF", "Summarize:\r\n \t\r\n" + words(40) + "\r\n", "Summarize:", words(40)},
 		{"blank lines around the text", "\n\n  Summarize:\n\n\n" + words(40) + "\n\n", "Summarize:", words(40)},
-		{"a single newline is not a paragraph break", "Summarize:\n" + words(40), "", ""},
+		{"a single newline after a colon", "Summarize:\n" + words(40), "Summarize:", words(40)},
+		{"a single newline, wrapped prose", "Summarize this article.\n" + strings.Repeat(words(12)+"\n", 4),
+			"Summarize this article.", strings.TrimSpace(strings.Repeat(words(12)+"\n", 4))},
+		{"a single newline, the question last", doc + "\nWhat does it say about the sea?", "What does it say about the sea?", doc},
+		{"a single newline, closing quote", "Summarize \"this\":\n" + words(40), "Summarize \"this\":", words(40)},
+		{"a single newline without a sentence end, a long line after", "summarize this\n" + words(40), "summarize this", words(40)},
+		{"a single newline without a sentence end, wrapped text after", "Summarize this\n" + strings.Repeat(words(12)+"\n", 4), "", ""},
+		{"a single newline, the request last without a sentence end", doc + "\nsummarize it", "summarize it", doc},
+		{"a single newline after a citation", words(40) + ".[1][23]\nWhat is it about?", "What is it about?", words(40) + ".[1][23]"},
+		{"a single newline after a line without a sentence end", words(40) + "\nWhat is it about?", "", ""},
+		{"a single newline before a list", "Which of these are rivers?\n" + strings.Repeat("Nile\n", 40), "", ""},
+		{"a single newline before code", "Fix this:\n" + strings.Repeat("x := f(a, b)\n", 20), "", ""},
+		{"a single newline before grep hits", "Why does this time out?\n" + strings.Repeat("net/dial.go:225: ctx, cancel := context.WithTimeout(ctx, d.Timeout) // the dial's deadline\n", 5), "", ""},
+		{"a single newline, under 10 words a line", "Summarize:\n" + strings.Repeat(words(9)+"\n", 5), "", ""},
+		{"the tail of a wrapped paragraph is not a request", words(20) + "\n" + words(20) + "\nto the sea.", "", ""},
+		{"a blank line before a single newline", "Summarize this.\n\n" + words(60) + "\nKeep it short.",
+			"Summarize this.", words(60) + "\nKeep it short."},
 		{"one paragraph", "Summarize: " + words(40), "", ""},
 		{"two short paragraphs are one request", "I'm going to Japan in May.\n\nWhat should I see?", "", ""},
 		{"rest under 32 words", "Summarize:\n\n" + words(31), "", ""},
@@ -119,7 +135,8 @@ func TestPastedDocumentIsTheContext(t *testing.T) {
 
 func FuzzSplitPasted(f *testing.F) {
 	for _, s := range []string{"Summarize:\n\n" + words(40), words(40) + "\n\nWhy?", "a\n\nb", "\n \n", "x\r\n\r\ny",
-		words(10) + "\n\n" + words(40) + "\n\n" + words(5), "\n\n\n", ""} {
+		words(10) + "\n\n" + words(40) + "\n\n" + words(5), "\n\n\n", "", "Summarize:\n" + words(40),
+		words(40) + ".\nWhy?", "a.\nb c d e f g h i j k\nl"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
@@ -132,12 +149,18 @@ func FuzzSplitPasted(f *testing.F) {
 		require.NotEmpty(t, instruction)
 		require.Equal(t, strings.TrimSpace(instruction), instruction)
 		require.Equal(t, strings.TrimSpace(context), context)
-		require.LessOrEqual(t, countWords(instruction, 1<<30), pastedInstructionWords)
-		n := countWords(instruction, 1<<30)
-		require.GreaterOrEqual(t, countWords(context, 1<<30), max(pastedContextWords, 2*n))
+		n, _, _ := countWords(instruction, 1<<30)
+		require.LessOrEqual(t, n, pastedInstructionWords)
+		nc, _, _ := countWords(context, 1<<30)
+		require.GreaterOrEqual(t, nc, max(pastedContextWords, 2*n))
 		require.True(t, strings.Contains(text, instruction) && strings.Contains(text, context))
 		require.True(t, strings.HasPrefix(strings.TrimSpace(text), instruction) || strings.HasSuffix(strings.TrimSpace(text), instruction))
-		require.Equal(t, countWords(text, 1<<30), n+countWords(context, 1<<30), "no word is lost")
+		if _, _, blank := splitEnds(strings.TrimSpace(text), true); !blank {
+			// A single newline's split: the instruction is one line.
+			require.NotContains(t, instruction, "\n")
+		}
+		nt, _, _ := countWords(text, 1<<30)
+		require.Equal(t, nt, n+nc, "no word is lost")
 	})
 }
 
@@ -145,7 +168,9 @@ func BenchmarkSplitPasted(b *testing.B) {
 	for _, c := range []struct{ name, text string }{
 		{"instruction only", "Summarize the main points of the article for a busy reader"},
 		{"pasted 16KiB", "Summarize this article:\n\n" + strings.Repeat(words(40)+".\n", 400)},
+		{"pasted 16KiB, one newline", "Summarize this article:\n" + strings.Repeat(words(40)+".\n", 400)},
 		{"no blank line 1MiB", strings.Repeat(words(20)+"\n", 1<<20/100)},
+		{"sentences a line 1MiB", strings.Repeat(words(20)+".\n", 1<<20/100)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.text)))
@@ -153,5 +178,23 @@ func BenchmarkSplitPasted(b *testing.B) {
 				splitPasted(c.text)
 			}
 		})
+	}
+}
+
+func TestCountWords(t *testing.T) {
+	for _, c := range []struct {
+		s                   string
+		limit               int
+		words, lines, plain int
+	}{
+		{"", 10, 0, 0, 0},
+		{"The river (1911), don't.\n  \n\"rises\" here", 10, 6, 2, 6},
+		{"f(x) a.go:12: 1,000 e.g. ok", 10, 5, 1, 1},
+		{"one two three four", 2, 2, 1, 2}, // stops after the second word, which it reads whole
+		{"one\ntwo\nthree", 10, 3, 3, 3},
+		{"état ça\tva", 10, 3, 1, 3},
+	} {
+		w, l, p := countWords(c.s, c.limit)
+		require.Equal(t, []int{c.words, c.lines, c.plain}, []int{w, l, p}, "%q", c.s)
 	}
 }

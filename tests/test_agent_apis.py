@@ -156,13 +156,15 @@ ARTICLE = ("Beginning in 1925, Roosevelt spent most of his time in the Southern 
 
 def test_pasted_document_classified_by_its_request(claude, oai, gateway):
     """A summarization request with its article pasted into the one message, before or after it,
-    is classified as the request with the article as its context (docs/http-api.md, "Pasted
-    documents"): the P(slow) /v1/classify gives with the context apart, on every API."""
+    a blank line or a single newline apart, is classified as the request with the article as its
+    context (docs/http-api.md, "Pasted documents"): the P(slow) /v1/classify gives with the
+    context apart, on every API."""
     apart = httpx.post(gateway + "/v1/classify", json={"text": SUMMARIZE, "context": ARTICLE}).json()["results"][0]
     whole = httpx.post(gateway + "/v1/classify", json={"text": SUMMARIZE + " " + ARTICLE}).json()["results"][0]
     assert apart["path"] == "fast" and whole["path"] == "slow", "one line: no split, read as a long request"
     before = pasted_count(gateway)
-    for text in (SUMMARIZE + "\n\n" + ARTICLE, ARTICLE + "\n\n" + SUMMARIZE):
+    for text in (SUMMARIZE + "\n\n" + ARTICLE, ARTICLE + "\n\n" + SUMMARIZE, SUMMARIZE + "\n" + ARTICLE,
+                 ARTICLE + "\n" + SUMMARIZE):
         heads = [
             claude.messages.with_raw_response.create(
                 model="auto", max_tokens=4, messages=[{"role": "user", "content": text}]).headers,
@@ -173,7 +175,7 @@ def test_pasted_document_classified_by_its_request(claude, oai, gateway):
         for h in heads:
             assert h["x-router-path"] == "fast"
             assert float(h["x-router-p-slow"]) == pytest.approx(apart["p_slow"], abs=1e-4)
-    assert pasted_count(gateway) == before + 6
+    assert pasted_count(gateway) == before + 12
 
 
 def pasted_count(gateway):

@@ -12,11 +12,12 @@ row with its context apart ({"text", "context"}: how the model was trained), the
 stage decided and the share called slow. Sets:
 
 - the summarization rows of the notebook's test split (80/20, seed 42), instruction and context
-  joined by a blank line, in both orders, and by a single newline;
+  joined by a blank line and by a single newline, in both orders;
 - 600 rows (seeded) of the out-of-category rows with a context (closed_qa,
-  information_extraction), both orders;
+  information_extraction), the same four ways;
 - the test split's rows without a context, as they are (the rule must leave them alone);
-- every Dolly instruction without a context that holds a blank line (the rule splits some).
+- every Dolly instruction without a context that holds a blank line, and every one that holds
+  a newline but no blank line (the rules split some).
 
 Run with the notebook's venv (.deps/venv): it reads the split with scikit-learn.
 
@@ -96,12 +97,18 @@ def sets():
         ("summarization (test split): instruction, blank line, context", summ, lambda r: I(r) + "\n\n" + C(r)),
         ("the same: context, blank line, instruction", summ, lambda r: C(r) + "\n\n" + I(r)),
         ("the same: instruction, one newline, context", summ, lambda r: I(r) + "\n" + C(r)),
+        ("the same: context, one newline, instruction", summ, lambda r: C(r) + "\n" + I(r)),
         ("closed_qa and information_extraction (600): instruction, blank line, context", ood, lambda r: I(r) + "\n\n" + C(r)),
         ("the same: context, blank line, instruction", ood, lambda r: C(r) + "\n\n" + I(r)),
+        ("the same: instruction, one newline, context", ood, lambda r: I(r) + "\n" + C(r)),
+        ("the same: context, one newline, instruction", ood, lambda r: C(r) + "\n" + I(r)),
         ("test split rows without a context, as they are", [r for r in test if not r.context.strip()], lambda r: r.instruction),
         ("Dolly instructions holding a blank line, no context", [r for r in target + other
                                                                  if re.search(r"\n\s*\n", r.instruction) and not r.context.strip()],
          lambda r: r.instruction),
+        ("Dolly instructions holding a newline but no blank line, no context",
+         [r for r in target + other if "\n" in r.instruction.strip() and not re.search(r"\n\s*\n", r.instruction)
+          and not r.context.strip()], lambda r: r.instruction),
     ]
 
 

@@ -472,7 +472,8 @@ func TestPastedDocumentClassifiedByItsInstruction(t *testing.T) {
 	cfg.Server.SplitPasted = false
 	off, _ := startGateway(t, cfg)
 
-	for _, text := range []string{instruction + "\n\n" + article, article + "\n\n" + instruction} {
+	for _, text := range []string{instruction + "\n\n" + article, article + "\n\n" + instruction,
+		instruction + "\n" + article, article + "\n" + instruction} {
 		body, _ := json.Marshal(map[string]any{"model": "auto", "max_tokens": 4,
 			"messages": []map[string]string{{"role": "user", "content": text}}})
 		resp, b := post(t, on+"/v1/chat/completions", string(body))
@@ -482,7 +483,7 @@ func TestPastedDocumentClassifiedByItsInstruction(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 		require.Equal(t, "slow", resp.Header.Get("x-router-path"), "%.40q with split_pasted off", text)
 	}
-	require.Contains(t, metricsText(t, on), "triage_pasted_documents_total 2\n")
+	require.Contains(t, metricsText(t, on), "triage_pasted_documents_total 4\n")
 	require.Contains(t, metricsText(t, off), "triage_pasted_documents_total 0\n")
 	// The same request with the article as a context of its own, for reference.
 	resp, b := post(t, off+"/v1/classify", fmt.Sprintf(`{"text":%q,"context":%q}`, instruction, article))
