@@ -76,8 +76,12 @@ func splitEnds(text string, blank bool) (instruction, context string, ok bool) {
 	}
 	enough := func(n int, rest string) bool {
 		need := max(pastedContextWords, 2*n)
-		words, lines, plain := countWords(rest, max(need, 64))
-		return words >= need && (blank || words >= pastedLineWords*lines && 100*plain >= pastedPlainPercent*words)
+		if blank {
+			words, _, _ := countWords(rest, need)
+			return words >= need
+		}
+		words, lines, plain := countWords(rest, max(need, 64)) // enough words to judge prose by
+		return words >= need && words >= pastedLineWords*lines && 100*plain >= pastedPlainPercent*words
 	}
 	okFirst = okFirst && enough(nf, afterFirst)
 	okLast = okLast && enough(nl, beforeLast)
@@ -183,14 +187,40 @@ func countWords(s string, limit int) (words, lines, plain int) {
 // punctuation or closing ones. "(1911)," and "don't." are; "f(x)", "a.go:12:" and "1,000" are
 // not.
 func isPlain(w string) bool {
-	w = strings.TrimLeft(w, "(['\"")
-	w = strings.TrimRight(w, ".,;:!?)]'\"")
-	for i := 0; i < len(w); i++ {
-		switch c := w[i]; {
-		case c >= 0x80, c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '\'', c == '-':
-		default:
+	i, j := 0, len(w)
+	for i < j && wordClass[w[i]] == opening {
+		i++
+	}
+	for j > i && (wordClass[w[j-1]] == closing || w[j-1] == '\'' || w[j-1] == '"') {
+		j--
+	}
+	for k := i; k < j; k++ {
+		if wordClass[w[k]] != plainByte {
 			return false
 		}
 	}
-	return w != ""
+	return i < j
 }
+
+// wordClass sorts bytes for isPlain.
+var wordClass = func() (t [256]byte) {
+	for c := range 256 {
+		switch {
+		case c >= 0x80, c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '\'', c == '-':
+			t[c] = plainByte
+		}
+	}
+	for _, c := range "([\"" {
+		t[c] = opening
+	}
+	for _, c := range ".,;:!?)]" {
+		t[c] = closing
+	}
+	return t
+}()
+
+const (
+	plainByte = 1 + iota
+	opening
+	closing
+)
