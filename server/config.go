@@ -45,8 +45,8 @@ type HTTPConfig struct {
 	MaxTextBytes int `yaml:"max_text_bytes"`
 	// MaxBatchTexts is the most texts one POST /v1/classify may carry. Default 64.
 	MaxBatchTexts int `yaml:"max_batch_texts"`
-	// SplitPasted classifies a text without a context whose first or last paragraph (or line,
-	// with the rest prose) is short and the rest long (a document pasted into the message) as
+	// SplitPasted classifies a text without a context whose first or last paragraph (or line)
+	// is short and the rest long prose (a document pasted into the message) as
 	// that paragraph, the instruction, with the rest as its context; the request goes upstream
 	// as it came.
 	// Default true; false classifies such a text as one instruction (pasted.go).

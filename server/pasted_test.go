@@ -54,6 +54,8 @@ func TestSplitPasted(t *testing.T) {
 		{"rest under twice the instruction", words(20) + "\n\n" + words(39), "", ""},
 		{"rest twice the instruction", words(20) + "\n\n" + words(40), words(20), words(40)},
 		{"instruction over 48 words", words(49) + "\n\n" + words(200), "", ""},
+		{"code after a blank line is not a document", "Fix this bug:\n\n" + strings.Repeat("if err != nil { return fmt.Errorf(\"read %s: %w\", name, err) }\n", 6), "", ""},
+		{"a stack trace after a blank line", "Why does this fail?\n\n" + strings.Repeat("main.(*Server).Serve(0xc000010000)\n\t/src/server.go:42 +0x1d\n", 8), "", ""},
 		{"first too long, last qualifies", words(49) + "\n\n" + words(200) + "\n\nTranslate it.",
 			"Translate it.", words(49) + "\n\n" + words(200)},
 	} {
@@ -189,7 +191,8 @@ func TestCountWords(t *testing.T) {
 	}{
 		{"", 10, 0, 0, 0},
 		{"The river (1911), don't.\n  \n\"rises\" here", 10, 6, 2, 6},
-		{"f(x) a.go:12: 1,000 e.g. ok", 10, 5, 1, 1},
+		{"f(x) a.go:12: 1,000 e.g. ok", 10, 5, 1, 2},
+		{"$1,555.3 54% (3.5) x.y 1. 2.b .5", 10, 7, 1, 4},
 		{"one two three four", 2, 2, 1, 2}, // stops after the second word, which it reads whole
 		{"one\ntwo\nthree", 10, 3, 3, 3},
 		{"état ça\tva", 10, 3, 1, 3},

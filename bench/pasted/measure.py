@@ -17,13 +17,16 @@ stage decided and the share called slow. Sets:
   information_extraction), the same four ways;
 - the test split's rows without a context, as they are (the rule must leave them alone);
 - every Dolly instruction without a context that holds a blank line, and every one that holds
-  a newline but no blank line (the rules split some).
+  a newline but no blank line (the rules split some);
+- 210 coding requests (7 phrasings) with 30 lines of Go's standard library source after a
+  blank line: no label, the rules leave code whole.
 
 Run with the notebook's venv (.deps/venv): it reads the split with scikit-learn.
 
     .deps/venv/bin/python bench/pasted/measure.py [--triage-bin bin/triage] [--out DIR]
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -86,6 +89,30 @@ def classify(url, bodies):
         return list(pool.map(one, bodies))
 
 
+CODE_REQUESTS = ["Fix the bug in this code:", "Explain what this code does.", "Refactor this to be more idiomatic.",
+                 "Add error handling to this function.", "Write unit tests for this code.",
+                 "Why might this code be slow, and how would you speed it up?", "Review this code for concurrency bugs."]
+
+
+class Row:
+    def __init__(self, instruction, context, category):
+        self.instruction, self.context, self.category = instruction, context, category
+
+
+def code_rows(rng, n=210):
+    """Coding requests, each with 30 lines of Go's standard library source (`go env GOROOT`, so
+    the texts are the same for one Go version) as the code it is about."""
+    root = subprocess.run(["go", "env", "GOROOT"], capture_output=True, text=True, check=True).stdout.strip()
+    files = sorted(f for f in glob.glob(root + "/src/*/*.go") if not f.endswith("_test.go"))
+    rows = []
+    while len(rows) < n:
+        lines = open(rng.choice(files), errors="replace").read().splitlines()
+        if len(lines) >= 40:
+            i = rng.randrange(0, len(lines) - 30)
+            rows.append(Row(CODE_REQUESTS[len(rows) % len(CODE_REQUESTS)], "\n".join(lines[i:i + 30]), "code"))
+    return rows
+
+
 def sets():
     rng = random.Random(11)
     test = test_split()
@@ -106,6 +133,8 @@ def sets():
         ("Dolly instructions holding a blank line, no context", [r for r in target + other
                                                                  if re.search(r"\n\s*\n", r.instruction) and not r.context.strip()],
          lambda r: r.instruction),
+        ("coding requests, blank line, 30 lines of Go source", code_rows(random.Random(3)),
+         lambda r: I(r) + "\n\n" + C(r)),
         ("Dolly instructions holding a newline but no blank line, no context",
          [r for r in target + other if "\n" in r.instruction.strip() and not re.search(r"\n\s*\n", r.instruction)
           and not r.context.strip()], lambda r: r.instruction),

@@ -483,10 +483,34 @@ func TestPastedDocumentClassifiedByItsInstruction(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 		require.Equal(t, "slow", resp.Header.Get("x-router-path"), "%.40q with split_pasted off", text)
 	}
+	// Code is not a document: pasted after its request, it is read whole (with the split it
+	// would be a context, and the model answers fast for any context).
+	code := "Review this code for concurrency bugs.\n\n" + `func (c *Cache) Get(key string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[key]
+	if !ok || time.Now().After(e.expires) {
+		delete(c.items, key)
+		return "", false
+	}
+	c.hits++
+	return e.value, true
+}
+
+func (c *Cache) Set(key, value string, ttl time.Duration) {
+	c.mu.Lock()
+	c.items[key] = entry{value: value, expires: time.Now().Add(ttl)}
+	c.mu.Unlock()
+}`
+	body, _ := json.Marshal(map[string]any{"model": "auto", "max_tokens": 4,
+		"messages": []map[string]string{{"role": "user", "content": code}}})
+	resp, b := post(t, on+"/v1/chat/completions", string(body))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Equal(t, "slow", resp.Header.Get("x-router-path"), "a coding request with its code")
 	require.Contains(t, metricsText(t, on), "triage_pasted_documents_total 4\n")
 	require.Contains(t, metricsText(t, off), "triage_pasted_documents_total 0\n")
 	// The same request with the article as a context of its own, for reference.
-	resp, b := post(t, off+"/v1/classify", fmt.Sprintf(`{"text":%q,"context":%q}`, instruction, article))
+	resp, b = post(t, off+"/v1/classify", fmt.Sprintf(`{"text":%q,"context":%q}`, instruction, article))
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	require.Contains(t, string(b), `"model_label":0`)
 }
