@@ -239,8 +239,9 @@ bench-tool-prompts: build setup-aiperf
 	bench/tool-prompts/measure.sh
 
 # Documents pasted into the message (docs/http-api.md, "Pasted documents"): Dolly rows with a
-# context sent as one text through four gateways (cascade / MiniLM, server.split_pasted on /
-# off); about 4 minutes. Results in bench/results/pasted/.
+# context sent as one text (a blank line or one newline apart, both orders) and coding requests
+# with Go source, through four gateways (cascade / MiniLM, server.split_pasted on / off); about
+# 5 minutes. Results in bench/results/pasted/.
 ## how pasted documents are classified, with and without server.split_pasted (bench/pasted/measure.py)
 bench-pasted: build
 	.deps/venv/bin/python bench/pasted/measure.py
