@@ -46,9 +46,8 @@ type HTTPConfig struct {
 	// MaxBatchTexts is the most texts one POST /v1/classify may carry. Default 64.
 	MaxBatchTexts int `yaml:"max_batch_texts"`
 	// SplitPasted classifies a text without a context whose first or last paragraph (or line)
-	// is short and the rest long prose (a document pasted into the message) as
-	// that paragraph, the instruction, with the rest as its context; the request goes upstream
-	// as it came.
+	// is short and the rest long prose (a document pasted into the message) as that paragraph,
+	// the instruction, with the rest as its context; the request goes upstream as it came.
 	// Default true; false classifies such a text as one instruction (pasted.go).
 	SplitPasted bool `yaml:"split_pasted"`
 	// RequestTimeout bounds one request from arrival until its response has been produced:
