@@ -362,10 +362,14 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
         # answered the gateway's own /metrics seconds late).
         #
         # A look catches the burst when every request not yet answered is in flight at the
-        # gateway and running at an engine, at least two of them, with cache in use. Not "all n in
-        # flight": the engines share two cores unevenly, and one engine can finish its share of
-        # the burst before the other runs (CI once saw vllm-0 done at 17 s while vllm-1 still
-        # ran 2 requests, and no look had caught all 4 at once).
+        # gateway (none is routed while the engines stand still) and an engine runs some of them
+        # with cache in use. Not "all n in flight": the engines share two cores unevenly, and one
+        # engine can finish its share of the burst before the other runs (CI once saw vllm-0 done
+        # at 17 s while vllm-1 still ran 2 requests). Not "every one in flight running" either: a
+        # core frozen inside its first step has not yet reported the requests it is prefilling,
+        # so its API server still says 0 (CI saw vllm-1 run 2 of 4 in flight, vllm-0 report 0,
+        # and the next look come 9 s later with 2 answered). What is compared stands still either
+        # way: the frozen engines' gauges, the gateway's scrape of them, the probe's pick.
         while True:
             assert not all(f.done() for f in futures), (
                 "no freeze caught the burst running; (seconds, gateway in flight, answered, engines) per look:\n"
@@ -377,7 +381,7 @@ def test_scraped_signals_follow_the_engines(client, gateway, engines):
                 answered = sum(f.done() for f in futures)  # read after flying: a late answer only delays a catch
                 tries.append((round(time.monotonic() - started, 2), flying, answered, own))
                 running = sum(r for r, _ in own.values())
-                caught = (flying + answered == n and running == flying >= 2
+                caught = (flying + answered == n and flying >= 1 and running >= 1
                           and max(k for _, k in own.values()) > 0.05)
                 if caught:
                     assert agreed(own, seen), (f"the gateway's scraped gauges never showed the frozen engines' {own}:\n"
