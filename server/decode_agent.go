@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -171,6 +172,9 @@ func messageBlocks(raw json.RawMessage, param, role string) (texts, own []string
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := blockFieldTypes(b.Text, b.ID, b.Name, b.ToolUseID, b.IsError, b.Source, pp); err != nil {
+			return nil, nil, err
+		}
 		switch typ {
 		case "text":
 			t, err := stringField(b.Text, pp+".text")
@@ -222,6 +226,48 @@ func messageBlocks(raw json.RawMessage, param, role string) (texts, own []string
 		// replica's to check: they carry nothing to classify.
 	}
 	return texts, own, nil
+}
+
+// blockFieldTypes checks that a content block's fields have the types a translation for a
+// chat-only pool reads them as (translate.MessagesToChat reads every block's text, id, name,
+// tool_use_id, is_error and source, whatever the block's type), where given and not null: a
+// body is then valid or not whichever pool it reaches. The source's own fields are checked
+// as a block's are (a case variant of one is a 400).
+func blockFieldTypes(text, id, name, toolUseID, isError, source json.RawMessage, pp string) error {
+	if err := nullableStrings(pp+".", namedRaw{"text", text}, namedRaw{"id", id}, namedRaw{"name", name}, namedRaw{"tool_use_id", toolUseID}); err != nil {
+		return err
+	}
+	if _, err := optionalBool(isError, pp+".is_error"); err != nil {
+		return err
+	}
+	if err := objectField(source, pp+".source", false); err != nil || !present(source) || string(source) == "null" {
+		return err
+	}
+	var src struct{ Type, MediaType, Data, URL json.RawMessage }
+	if err := objectFields(source, pp+".source.", false, false, map[string]*json.RawMessage{"type": &src.Type,
+		"media_type": &src.MediaType, "data": &src.Data, "url": &src.URL}); err != nil {
+		return err
+	}
+	return nullableStrings(pp+".source.", namedRaw{"type", src.Type}, namedRaw{"media_type", src.MediaType}, namedRaw{"data", src.Data}, namedRaw{"url", src.URL})
+}
+
+// namedRaw is a field's name and its raw value.
+type namedRaw struct {
+	name string
+	raw  json.RawMessage
+}
+
+// nullableStrings checks that each field given and not null is a string; within prefixes the
+// names in errors.
+func nullableStrings(within string, fields ...namedRaw) error {
+	for _, f := range fields {
+		if present(f.raw) && string(f.raw) != "null" {
+			if _, err := stringField(f.raw, within+f.name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // systemText checks the system prompt (a string or an array of text blocks) and returns its text.
@@ -280,12 +326,16 @@ func messagesTools(tools, choice json.RawMessage) error {
 			if item[0] != '{' {
 				return badRequest("invalid_type", pp, "%s: must be a tool object, got %s", pp, jsonKind(item))
 			}
-			var t struct{ Name, Type, InputSchema json.RawMessage }
-			if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"name": &t.Name, "type": &t.Type, "input_schema": &t.InputSchema}); err != nil {
+			var t struct{ Name, Type, InputSchema, Description json.RawMessage }
+			if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"name": &t.Name, "type": &t.Type,
+				"input_schema": &t.InputSchema, "description": &t.Description}); err != nil {
 				return err
 			}
 			if _, err := stringField(t.Name, pp+".name"); err != nil {
 				return err
+			}
+			if err := nullableStrings(pp+".", namedRaw{"description", t.Description}); err != nil {
+				return err // a chat-only pool's translation reads it as a string
 			}
 			typ, err := optionalString(t.Type, pp+".type")
 			if err != nil {
@@ -304,9 +354,13 @@ func messagesTools(tools, choice json.RawMessage) error {
 	if err := objectField(choice, "tool_choice", true); err != nil {
 		return err
 	}
-	var c struct{ Type, Name json.RawMessage }
-	if err := objectFields(choice, "tool_choice.", false, false, map[string]*json.RawMessage{"type": &c.Type, "name": &c.Name}); err != nil {
+	var c struct{ Type, Name, DisableParallel json.RawMessage }
+	if err := objectFields(choice, "tool_choice.", false, false, map[string]*json.RawMessage{"type": &c.Type, "name": &c.Name,
+		"disable_parallel_tool_use": &c.DisableParallel}); err != nil {
 		return err
+	}
+	if _, err := optionalBool(c.DisableParallel, "tool_choice.disable_parallel_tool_use"); err != nil {
+		return err // a chat-only pool's translation reads it as parallel_tool_calls
 	}
 	typ, err := stringField(c.Type, "tool_choice.type")
 	if err != nil {
@@ -423,11 +477,25 @@ func decodeResponses(body []byte, lim limits) (responsesInput, error) {
 	if err := checkBody(body); err != nil {
 		return p, err
 	}
-	var f struct{ Model, Input, Instructions, PreviousResponseID, Store, Stream, User, MaxOutputTokens json.RawMessage }
+	var f struct {
+		Model, Input, Instructions, PreviousResponseID, Store, Stream, User, MaxOutputTokens, Temperature, TopP json.RawMessage
+	}
 	if err := objectFields(body, "", false, true, map[string]*json.RawMessage{"model": &f.Model, "input": &f.Input,
 		"instructions": &f.Instructions, "previous_response_id": &f.PreviousResponseID, "store": &f.Store,
-		"stream": &f.Stream, "user": &f.User, "max_output_tokens": &f.MaxOutputTokens}); err != nil {
+		"stream": &f.Stream, "user": &f.User, "max_output_tokens": &f.MaxOutputTokens,
+		"temperature": &f.Temperature, "top_p": &f.TopP}); err != nil {
 		return p, err
+	}
+	for _, n := range []namedRaw{{"temperature", f.Temperature}, {"top_p", f.TopP}} {
+		if !present(n.raw) || string(n.raw) == "null" {
+			continue
+		}
+		if jsonKind(n.raw) != "a number" {
+			return p, badRequest("invalid_type", n.name, "%s: must be a number, got %s", n.name, jsonKind(n.raw))
+		}
+		if _, err := strconv.ParseFloat(string(n.raw), 64); err != nil { // echoed in the answer as a float64
+			return p, badRequest("invalid_value", n.name, "%s: out of range, got %s", n.name, clip(string(n.raw)))
+		}
 	}
 	var err error
 	if present(f.Model) && string(f.Model) != "null" {
@@ -538,6 +606,9 @@ func responseItem(item json.RawMessage, pp string) (role string, texts []string,
 	if err != nil {
 		return "", nil, false, err
 	}
+	if err := nullableStrings(pp+".", namedRaw{"role", it.Role}); err != nil {
+		return "", nil, false, err // a chat-only pool's translation reads every item's role
+	}
 	switch typ {
 	case "", "message":
 		if role, err = stringField(it.Role, pp+".role"); err != nil {
@@ -601,13 +672,17 @@ func responseContent(raw json.RawMessage, param string) ([]string, error) {
 		if item[0] != '{' {
 			return nil, badRequest("invalid_type", pp, "%s: must be a content part object, got %s", pp, jsonKind(item))
 		}
-		var part struct{ Type, Text json.RawMessage }
-		if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"type": &part.Type, "text": &part.Text}); err != nil {
+		var part struct{ Type, Text, ImageURL json.RawMessage }
+		if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"type": &part.Type, "text": &part.Text,
+			"image_url": &part.ImageURL}); err != nil {
 			return nil, err
 		}
 		typ, err := stringField(part.Type, pp+".type")
 		if err != nil {
 			return nil, err
+		}
+		if err := nullableStrings(pp+".", namedRaw{"text", part.Text}, namedRaw{"image_url", part.ImageURL}); err != nil {
+			return nil, err // a chat-only pool's translation reads every part's text and image_url
 		}
 		if typ != "input_text" && typ != "output_text" {
 			continue

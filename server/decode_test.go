@@ -224,6 +224,8 @@ var agentSeeds = []string{
 	`{"input":[{"role":"user","content":"task"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}]}`,
 	`{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]}`,
 	`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]}`,
+	`{"input":"x","temperature":0.5,"top_p":1,"max_output_tokens":3,"user":"u","instructions":"i"}`,
+	`{"max_tokens":5,"temperature":0.5,"top_p":1,"top_k":3,"stop_sequences":["s"],"metadata":{"user_id":"u"},"tools":[{"name":"f","description":"d","input_schema":{}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}},{"type":"text","text":"t"}]}]}`,
 }
 
 func FuzzDecodeMessages(f *testing.F) {
@@ -257,6 +259,12 @@ func FuzzDecodeResponses(f *testing.F) {
 			return // a continuation without text: pinned, never classified
 		}
 		requireRoutableInput(t, p.text)
+		// What the gateway accepted, it can translate for a chat-only pool, or it names the
+		// field that has no chat form (a 400 api_not_supported, not a parse error).
+		if _, _, err = translate.ResponsesToChat(body, true); err != nil {
+			_, ok := errors.AsType[*translate.Untranslatable](err)
+			require.True(t, ok, "%v", err)
+		}
 	})
 }
 
