@@ -24,7 +24,7 @@ import "strings"
 // a first or last line qualifies on the same word counts when the rest reads as prose and the
 // line is not a piece of wrapped text: a first line must end a sentence (or with a colon) or
 // be followed by a line too long to be wrapped text; a last line must follow a line that ends
-// a sentence (else it is the tail of a wrapped paragraph).
+// a sentence or is too long to be wrapped text (else it is the tail of a wrapped paragraph).
 
 const (
 	// pastedInstructionWords is the most words the instruction paragraph may have: 99% of
@@ -70,14 +70,15 @@ func splitPasted(text string) (instruction, context string, ok bool) {
 // splitEnds applies one rule: paragraphs (separated by a line of nothing but spaces) when
 // blank, else lines. Of the first and the last, those with at most pastedInstructionWords
 // words and at least max(pastedContextWords, twice theirs) in the rest qualify, and the shorter
-// wins (the first on a tie).
+// wins (the first on a tie), unless the first ends with a colon: it introduces what follows
+// ("Summarize this article:"), and a short last paragraph is then part of the document (a
+// source, a signature).
 func splitEnds(text string, blank bool) (instruction, context string, ok bool) {
 	first, afterFirst, nf, okFirst := endParagraph(text, false, blank)
 	last, beforeLast, nl, okLast := endParagraph(text, true, blank)
 	if !blank {
-		long := len(afterFirst) > pastedWrapBytes && strings.IndexByte(afterFirst[:pastedWrapBytes+1], '\n') < 0
-		okFirst = okFirst && (endsSentence(first) || long)
-		okLast = okLast && endsSentence(beforeLast[strings.LastIndexByte(beforeLast, '\n')+1:])
+		okFirst = okFirst && (endsSentence(first) || longLine(afterFirst, false))
+		okLast = okLast && (endsSentence(beforeLast) || longLine(beforeLast, true))
 	}
 	enough := func(n int, rest string) bool {
 		need := max(pastedContextWords, 2*n)
@@ -87,7 +88,7 @@ func splitEnds(text string, blank bool) (instruction, context string, ok bool) {
 	okFirst = okFirst && enough(nf, afterFirst)
 	okLast = okLast && enough(nl, beforeLast)
 	switch {
-	case okFirst && (!okLast || nf <= nl):
+	case okFirst && (!okLast || nf <= nl || introduces(first)):
 		return first, afterFirst, true
 	case okLast:
 		return last, beforeLast, true
@@ -133,18 +134,39 @@ func endParagraph(text string, fromEnd, blank bool) (paragraph, rest string, wor
 	return "", "", 0, false
 }
 
+// longLine reports whether the line at one end of text (its first, or its last when fromEnd) is
+// longer than pastedWrapBytes: too long to be a line of hard-wrapped text. It reads at most
+// pastedWrapBytes+1 bytes.
+func longLine(text string, fromEnd bool) bool {
+	if len(text) <= pastedWrapBytes {
+		return false
+	}
+	if fromEnd {
+		return strings.IndexByte(text[len(text)-pastedWrapBytes-1:], '\n') < 0
+	}
+	return strings.IndexByte(text[:pastedWrapBytes+1], '\n') < 0
+}
+
 // endsSentence reports whether line ends with a full stop, a question or exclamation mark or a
 // colon, before any closing quotes, brackets, emphasis or citation marks ("[12]").
 func endsSentence(line string) bool {
 	for {
 		line = strings.TrimRight(line, " \t\r\"')*_\u201d\u2019\u00bb")
+		if !strings.HasSuffix(line, "]") {
+			break
+		}
 		i := strings.LastIndexByte(line, '[')
-		if !strings.HasSuffix(line, "]") || i < 0 || strings.Trim(line[i+1:len(line)-1], "0123456789") != "" {
+		if i < 0 || strings.Trim(line[i+1:len(line)-1], "0123456789") != "" {
 			break
 		}
 		line = line[:i]
 	}
 	return line != "" && strings.IndexByte(".?!:", line[len(line)-1]) >= 0
+}
+
+// introduces reports whether paragraph ends with a colon, before any closing quotes.
+func introduces(paragraph string) bool {
+	return strings.HasSuffix(strings.TrimRight(paragraph, " \t\r\"')*_\u201d\u2019\u00bb"), ":")
 }
 
 // isLineSpace reports whether c is a space within a line (a blank line may hold them).
