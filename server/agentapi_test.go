@@ -444,6 +444,7 @@ func TestAgentAPIsBadInput(t *testing.T) {
 		{"/v1/messages", `{"max_tokens":1,"tools":[{"name":"f","description":5,"input_schema":{}}],"messages":[{"role":"user","content":"x"}]}`, "tools[0].description"},
 		{"/v1/messages", `{"max_tokens":1,"tool_choice":{"type":"auto","Disable_parallel_tool_use":1},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.disable_parallel_tool_use"},
 		{"/v1/messages", `{"max_tokens":1,"system":5,"messages":[{"role":"user","content":"x"}]}`, "system"},
+		{"/v1/messages", `{"max_tokens":1,"system":[{"type":"text","text":"s","Is_error":"no"}],"messages":[{"role":"user","content":"x"}]}`, "system[0].is_error"},
 		{"/v1/messages", `{"max_tokens":1,"tools":[{"name":"f"}],"messages":[{"role":"user","content":"x"}]}`, "tools[0].input_schema"},
 		{"/v1/messages", `{"max_tokens":1,"tool_choice":{"type":"some"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.type"},
 		{"/v1/messages", `{"max_tokens":1,"stream":"yes","messages":[{"role":"user","content":"x"}]}`, "stream"},

@@ -291,13 +291,17 @@ func systemText(raw json.RawMessage) (string, error) {
 		if item[0] != '{' {
 			return "", badRequest("invalid_type", pp, "%s: must be a text block object, got %s", pp, jsonKind(item))
 		}
-		var b struct{ Type, Text json.RawMessage }
-		if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"type": &b.Type, "text": &b.Text}); err != nil {
+		var b struct{ Type, Text, ID, Name, ToolUseID, IsError, Source json.RawMessage }
+		if err := objectFields(item, pp+".", false, false, map[string]*json.RawMessage{"type": &b.Type, "text": &b.Text,
+			"id": &b.ID, "name": &b.Name, "tool_use_id": &b.ToolUseID, "is_error": &b.IsError, "source": &b.Source}); err != nil {
 			return "", err
 		}
 		typ, err := stringField(b.Type, pp+".type")
 		if err != nil {
 			return "", err
+		}
+		if err := blockFieldTypes(b.Text, b.ID, b.Name, b.ToolUseID, b.IsError, b.Source, pp); err != nil {
+			return "", err // the translation reads system blocks as content blocks
 		}
 		if typ != "text" {
 			return "", badRequest("invalid_value", pp+".type", "%s.type: must be \"text\", got %s", pp, clip(typ))

@@ -225,7 +225,7 @@ var agentSeeds = []string{
 	`{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]}`,
 	`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]}`,
 	`{"input":"x","temperature":0.5,"top_p":1,"max_output_tokens":3,"user":"u","instructions":"i"}`,
-	`{"max_tokens":5,"temperature":0.5,"top_p":1,"top_k":3,"stop_sequences":["s"],"metadata":{"user_id":"u"},"tools":[{"name":"f","description":"d","input_schema":{}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}},{"type":"text","text":"t"}]}]}`,
+	`{"max_tokens":5,"temperature":0.5,"top_p":1,"top_k":3,"stop_sequences":["s"],"metadata":{"user_id":"u"},"tools":[{"name":"f","description":"d","input_schema":{}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}},{"type":"text","text":"t"}]}]}`,
 }
 
 func FuzzDecodeMessages(f *testing.F) {
