@@ -56,10 +56,7 @@ func decodeMessages(body []byte, lim limits, count bool) (messagesInput, error) 
 	if p.stream, err = optionalBool(f.Stream, "stream"); err != nil {
 		return p, err
 	}
-	for _, n := range []struct {
-		raw  json.RawMessage
-		name string
-	}{{f.Temperature, "temperature"}, {f.TopP, "top_p"}, {f.TopK, "top_k"}} {
+	for _, n := range []namedRaw{{"temperature", f.Temperature}, {"top_p", f.TopP}, {"top_k", f.TopK}} {
 		if present(n.raw) && string(n.raw) != "null" && jsonKind(n.raw) != "a number" {
 			return p, badRequest("invalid_type", n.name, "%s: must be a number, got %s", n.name, jsonKind(n.raw))
 		}
@@ -258,13 +255,12 @@ type namedRaw struct {
 }
 
 // nullableStrings checks that each field given and not null is a string; within prefixes the
-// names in errors.
+// names in errors. It reads only each value's first byte (objectFields has validated them), so
+// a text checked here and read later is not unescaped twice.
 func nullableStrings(within string, fields ...namedRaw) error {
 	for _, f := range fields {
-		if present(f.raw) && string(f.raw) != "null" {
-			if _, err := stringField(f.raw, within+f.name); err != nil {
-				return err
-			}
+		if present(f.raw) && string(f.raw) != "null" && f.raw[0] != '"' {
+			return badRequest("invalid_type", within+f.name, "%s%s: must be a string, got %s", within, f.name, jsonKind(f.raw))
 		}
 	}
 	return nil

@@ -147,11 +147,15 @@ func longLine(text string, fromEnd bool) bool {
 	return strings.IndexByte(text[:pastedWrapBytes+1], '\n') < 0
 }
 
+// closers are what may follow a sentence's last mark: spaces, closing quotes, brackets and
+// emphasis.
+const closers = " \t\r\"')*_\u201d\u2019\u00bb"
+
 // endsSentence reports whether line ends with a full stop, a question or exclamation mark or a
 // colon, before any closing quotes, brackets, emphasis or citation marks ("[12]").
 func endsSentence(line string) bool {
 	for {
-		line = strings.TrimRight(line, " \t\r\"')*_\u201d\u2019\u00bb")
+		line = strings.TrimRight(line, closers)
 		if !strings.HasSuffix(line, "]") {
 			break
 		}
@@ -166,7 +170,7 @@ func endsSentence(line string) bool {
 
 // introduces reports whether paragraph ends with a colon, before any closing quotes.
 func introduces(paragraph string) bool {
-	return strings.HasSuffix(strings.TrimRight(paragraph, " \t\r\"')*_\u201d\u2019\u00bb"), ":")
+	return strings.HasSuffix(strings.TrimRight(paragraph, closers), ":")
 }
 
 // isLineSpace reports whether c is a space within a line (a blank line may hold them).
