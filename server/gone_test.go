@@ -20,6 +20,8 @@ import (
 // holdingReplica is a replica whose generations take as long as the test wants: each waits
 // until release is closed (then answers a small chat completion) or until its request is
 // cancelled, which it counts — the abort vLLM does when the gateway's connection closes.
+// A generation stops counting as running before it signals its cancellation, so a test that
+// has received every cancellation reads running without a race against the handlers' return.
 type holdingReplica struct {
 	arrived   chan struct{}
 	cancelled chan struct{}
@@ -33,12 +35,13 @@ func newHoldingReplica() *holdingReplica {
 
 func (h *holdingReplica) generate(w http.ResponseWriter, r *http.Request, _ []byte) {
 	h.running.Add(1)
-	defer h.running.Add(-1)
 	h.arrived <- struct{}{}
 	select {
 	case <-r.Context().Done():
+		h.running.Add(-1)
 		h.cancelled <- struct{}{}
 	case <-h.release:
+		h.running.Add(-1)
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"held"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 	}
