@@ -94,6 +94,14 @@ type StaticManifest struct {
 	LongHeadSHA256 string   `json:"long_head_sha256,omitempty"`
 	LongFeatures   []string `json:"long_features,omitempty"`
 	LongAfter      int      `json:"long_after,omitempty"`
+	// LongTableFile (format 5, optional, with a long head) is the long head's own table, in
+	// TableFormat, Vocab×Dim: each piece's vector is the mean of the encoder's output vectors
+	// for it where it occurs in the training text, shrunk toward the static table's vector
+	// (the encoder's vector of a long text is the mean of its tokens in context, which the
+	// static table's pieces alone miss). With it LongFeatures starts with
+	// "long_table_mean_l2": the static vector's pooling over this table.
+	LongTableFile   string `json:"long_table_file,omitempty"`
+	LongTableSHA256 string `json:"long_table_sha256,omitempty"`
 	// Band is [lo, hi], for every head of the first stage (the notebook's band rule is run
 	// on the first stage with its long head).
 	Band []float64 `json:"band"`
@@ -138,8 +146,9 @@ const (
 	formatV2 = 2 // static.pooling "weighted_mean" with static.weights_file
 	formatV3 = 3 // static.in_band_head_file: the first stage's head for the texts inside its band
 	formatV4 = 4 // static.long_head_file: the first stage's head for long texts without a context
+	formatV5 = 5 // static.long_table_file: the long head's own table, of pieces in context
 	// FormatLatest is the newest manifest format this build reads and the one the notebook writes.
-	FormatLatest = formatV4
+	FormatLatest = formatV5
 )
 
 func (m *Manifest) validate() error {

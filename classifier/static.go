@@ -38,11 +38,13 @@ func (b Band) Validate() error {
 const (
 	// formatInt8 is vocab×dim int8 values row-major, then vocab float32
 	// scales: the piece vector is float32(q) × scale of its row.
-	formatInt8  = "int8_row_scale"
-	formatFP16  = "float16"
-	formatFP32  = "float32"
-	featStatic  = "static_mean_l2"
-	staticMaxID = 1 << 24 // sanity bound on the vocabulary size
+	formatInt8 = "int8_row_scale"
+	formatFP16 = "float16"
+	formatFP32 = "float32"
+	featStatic = "static_mean_l2"
+	// featLongTable is the long head's own vector: featStatic's pooling over its table.
+	featLongTable = "long_table_mean_l2"
+	staticMaxID   = 1 << 24 // sanity bound on the vocabulary size
 
 	poolMean         = "mean"
 	poolWeightedMean = "weighted_mean"
@@ -55,9 +57,7 @@ const (
 // concurrent use without locking.
 type Static struct {
 	vocab, dim int
-	q          []int8    // int8 format: vocab×dim
-	scale      []float32 // int8 format: vocab
-	f          []float32 // float formats, widened to float32 at load: vocab×dim
+	table      pieceTable
 	pw         []float32 // weighted_mean: one weight per piece (vocab); nil for the plain mean
 	w          []float32 // dim weights, then has_context's
 	bias       float32
@@ -67,12 +67,21 @@ type Static struct {
 	long       *longHead   // nil: the manifest has none
 }
 
-// longHead is the manifest's long head: the static head's features (dim weights, then
-// has_context's, 0 when unused), for a text without a context and more than after kept pieces.
+// longHead is the manifest's long head, for a text without a context and more than after
+// kept pieces: dim weights for the vector pooled over its table (the static table when it
+// has none of its own, format 4), then has_context's (0 when unused).
 type longHead struct {
 	w     []float32
 	bias  float32
 	after int
+	table *pieceTable // nil: the static table
+}
+
+// pieceTable is one vector per word piece, vocab×dim, in one of the table formats.
+type pieceTable struct {
+	q     []int8    // int8 format: vocab×dim
+	scale []float32 // int8 format: vocab
+	f     []float32 // float formats, widened to float32 at load: vocab×dim
 }
 
 // inBandHead is the manifest's in-band head: dim weights for the static vector,
@@ -92,51 +101,18 @@ type staticHead struct {
 
 // LoadStatic reads and checks the static table and head named in m.Static
 // (and its piece weights, for weighted_mean) from dir (the model directory),
-// every failure naming the file; it also returns their sha256s, table, head
-// then weights, for Manifest.ContentVersion. m must
-// have a static section. The caller checks Vocab against its tokenizer.
+// every failure naming the file; it also returns their sha256s (table, head, weights,
+// then the in-band head, the long head and its table where the manifest has them), for
+// Manifest.ContentVersion. m must have a static section. The caller checks Vocab against
+// its tokenizer.
 func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	sm := m.Static
-	tablePath := filepath.Join(dir, sm.TableFile)
-	raw, err := os.ReadFile(tablePath)
-	if err != nil {
-		return nil, nil, fmt.Errorf("static table: %w", err)
-	}
-	tableSHA := sha256Hex(raw)
-	if tableSHA != sm.TableSHA256 {
-		return nil, nil, fmt.Errorf("static table %s: sha256 %s does not match the manifest's %s", tablePath, tableSHA, sm.TableSHA256)
-	}
 	s := &Static{vocab: sm.Vocab, dim: sm.Dim, drop: slices.Clone(sm.DropIDs), band: Band{Lo: sm.Band[0], Hi: sm.Band[1]}}
-	n := sm.Vocab * sm.Dim
-	switch sm.TableFormat {
-	case formatInt8:
-		if len(raw) != n+4*sm.Vocab {
-			return nil, nil, fmt.Errorf("static table %s: %d bytes, want %d for %d×%d int8 and %d float32 scales", tablePath, len(raw), n+4*sm.Vocab, sm.Vocab, sm.Dim, sm.Vocab)
-		}
-		// The int8 values are the file's bytes: view them in place rather
-		// than copy, so loading holds the table once (11 MiB, not 22).
-		s.q = unsafe.Slice((*int8)(unsafe.Pointer(unsafe.SliceData(raw))), n)
-		s.scale = make([]float32, sm.Vocab)
-		for i := range s.scale {
-			s.scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[n+4*i:]))
-		}
-	case formatFP16:
-		if len(raw) != 2*n {
-			return nil, nil, fmt.Errorf("static table %s: %d bytes, want %d for %d×%d float16", tablePath, len(raw), 2*n, sm.Vocab, sm.Dim)
-		}
-		s.f = make([]float32, n)
-		for i := range s.f {
-			s.f[i] = float16to32(binary.LittleEndian.Uint16(raw[2*i:]))
-		}
-	case formatFP32:
-		if len(raw) != 4*n {
-			return nil, nil, fmt.Errorf("static table %s: %d bytes, want %d for %d×%d float32", tablePath, len(raw), 4*n, sm.Vocab, sm.Dim)
-		}
-		s.f = make([]float32, n)
-		for i := range s.f {
-			s.f[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-		}
+	table, tableSHA, err := loadTable("static table", filepath.Join(dir, sm.TableFile), sm.TableSHA256, sm)
+	if err != nil {
+		return nil, nil, err
 	}
+	s.table = table
 
 	var weightsSHA string
 	if sm.Pooling == poolWeightedMean {
@@ -169,8 +145,61 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 		}
 		s.long = &longHead{w: h.weights(), bias: *h.Bias, after: sm.LongAfter}
 		shas = append(shas, sha)
+		if sm.LongTableFile != "" {
+			t, sha, err := loadTable("static long table", filepath.Join(dir, sm.LongTableFile), sm.LongTableSHA256, sm)
+			if err != nil {
+				return nil, nil, err
+			}
+			s.long.table = &t
+			shas = append(shas, sha)
+		}
 	}
 	return s, shas, nil
+}
+
+// loadTable reads a table file (what names it in errors) in sm's format and shape, checked
+// against wantSHA; it returns the table and the file's sha256.
+func loadTable(what, path, wantSHA string, sm *StaticManifest) (pieceTable, string, error) {
+	var t pieceTable
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return t, "", fmt.Errorf("%s: %w", what, err)
+	}
+	sha := sha256Hex(raw)
+	if sha != wantSHA {
+		return t, "", fmt.Errorf("%s %s: sha256 %s does not match the manifest's %s", what, path, sha, wantSHA)
+	}
+	n := sm.Vocab * sm.Dim
+	switch sm.TableFormat {
+	case formatInt8:
+		if len(raw) != n+4*sm.Vocab {
+			return t, "", fmt.Errorf("%s %s: %d bytes, want %d for %d×%d int8 and %d float32 scales", what, path, len(raw), n+4*sm.Vocab, sm.Vocab, sm.Dim, sm.Vocab)
+		}
+		// The int8 values are the file's bytes: view them in place rather
+		// than copy, so loading holds the table once (11 MiB, not 22).
+		t.q = unsafe.Slice((*int8)(unsafe.Pointer(unsafe.SliceData(raw))), n)
+		t.scale = make([]float32, sm.Vocab)
+		for i := range t.scale {
+			t.scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[n+4*i:]))
+		}
+	case formatFP16:
+		if len(raw) != 2*n {
+			return t, "", fmt.Errorf("%s %s: %d bytes, want %d for %d×%d float16", what, path, len(raw), 2*n, sm.Vocab, sm.Dim)
+		}
+		t.f = make([]float32, n)
+		for i := range t.f {
+			t.f[i] = float16to32(binary.LittleEndian.Uint16(raw[2*i:]))
+		}
+	case formatFP32:
+		if len(raw) != 4*n {
+			return t, "", fmt.Errorf("%s %s: %d bytes, want %d for %d×%d float32", what, path, len(raw), 4*n, sm.Vocab, sm.Dim)
+		}
+		t.f = make([]float32, n)
+		for i := range t.f {
+			t.f[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+	}
+	return t, sha, nil
 }
 
 // weights is the head's weights with has_context's last: 0 when the head does not read
@@ -262,7 +291,7 @@ func staticFeatureDim(features []string, dim int) int {
 	n := 0
 	for _, f := range features {
 		switch _, firstK := firstKFeature(f); {
-		case f == featStatic, firstK:
+		case f == featStatic, f == featLongTable, firstK:
 			n += dim
 		case f == FeatureHasContext:
 			n++
@@ -287,23 +316,29 @@ func (s *Static) Band() Band { return s.band }
 // norm in float64, then a float64 dot product. A text whose kept pieces all
 // weigh 0 has no vector: the bias and has_context alone decide it. With a
 // long head, a text without a context and with more kept pieces than its
-// long_after is scored on it instead of the static head.
+// long_after is scored on it instead of the static head, its vector pooled
+// over the long head's own table when it has one.
 func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
+	hc := HasContext(ids, sep)
+	t, w, bias := &s.table, s.w, s.bias
+	// A text of at most long_after ids cannot have more kept pieces: it skips the count.
+	if s.long != nil && hc == 0 && len(ids) > s.long.after {
+		kept, err := s.kept(ids)
+		if err != nil {
+			return 0, err
+		}
+		if kept > s.long.after {
+			w, bias = s.long.w, s.long.bias
+			if s.long.table != nil {
+				t = s.long.table
+			}
+		}
+	}
 	v := make([]float32, s.dim)
-	kept, err := s.embed(ids, 0, v)
-	if err != nil {
+	if _, err := s.embed(t, ids, 0, v); err != nil {
 		return 0, err
 	}
-	hc := HasContext(ids, sep)
-	if s.isLong(kept, hc) {
-		return logistic(s.long.w, s.long.bias, hc, v), nil
-	}
-	return logistic(s.w, s.bias, hc, v), nil
-}
-
-// isLong reports whether a text with kept pieces and has_context hc is the long head's.
-func (s *Static) isLong(kept int, hc float32) bool {
-	return s.long != nil && hc == 0 && kept > s.long.after
+	return logistic(w, bias, hc, v), nil
 }
 
 // logistic is the sigmoid of w's dot product with v (dim values) and has_context hc (w's
@@ -331,10 +366,10 @@ func (s *Static) ScoreInBand(ids []uint32, sep uint32) (float32, error) {
 		return s.Score(ids, sep)
 	}
 	v, f := make([]float32, s.dim), make([]float32, s.dim)
-	if _, err := s.embed(ids, 0, v); err != nil {
+	if _, err := s.embed(&s.table, ids, 0, v); err != nil {
 		return 0, err
 	}
-	if _, err := s.embed(ids, s.inBand.k, f); err != nil {
+	if _, err := s.embed(&s.table, ids, s.inBand.k, f); err != nil {
 		return 0, err
 	}
 	w := s.inBand.w
@@ -343,11 +378,42 @@ func (s *Static) ScoreInBand(ids []uint32, sep uint32) (float32, error) {
 	return float32(1 / (1 + math.Exp(-z))), nil
 }
 
+// kept returns how many of ids' pieces the static vector reads (embed's count, without
+// the pooling): the long head's gate.
+func (s *Static) kept(ids []uint32) (int, error) {
+	kept := 0
+	for _, id := range ids {
+		if slices.Contains(s.drop, id) {
+			continue
+		}
+		if int(id) >= s.vocab {
+			return 0, s.outside(id)
+		}
+		if s.weight(id) != 0 {
+			kept++
+		}
+	}
+	return kept, nil
+}
+
+// weight is a piece's weight in the mean: its piece weight under weighted_mean, else 1. A
+// piece of weight 0 is not kept.
+func (s *Static) weight(id uint32) float32 {
+	if s.pw == nil {
+		return 1
+	}
+	return s.pw[id]
+}
+
+func (s *Static) outside(id uint32) error {
+	return fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
+}
+
 // embed writes into acc (dim values, zeroed) the L2-normalised (weighted) mean of
-// the rows of ids' kept pieces: all of them, or the first limit when limit > 0, and
+// t's rows of ids' kept pieces: all of them, or the first limit when limit > 0, and
 // returns how many it read. A piece is kept unless it is dropped ([CLS], [SEP]) or
 // weighs 0. acc stays zero when none is kept.
-func (s *Static) embed(ids []uint32, limit int, acc []float32) (int, error) {
+func (s *Static) embed(t *pieceTable, ids []uint32, limit int, acc []float32) (int, error) {
 	var total float32
 	kept := 0
 	for _, id := range ids {
@@ -355,13 +421,11 @@ func (s *Static) embed(ids []uint32, limit int, acc []float32) (int, error) {
 			continue
 		}
 		if int(id) >= s.vocab {
-			return 0, fmt.Errorf("token id %d outside the static table's vocabulary of %d", id, s.vocab)
+			return 0, s.outside(id)
 		}
-		wt := float32(1)
-		if s.pw != nil {
-			if wt = s.pw[id]; wt == 0 {
-				continue
-			}
+		wt := s.weight(id)
+		if wt == 0 {
+			continue
 		}
 		if limit > 0 && kept == limit {
 			break
@@ -370,10 +434,10 @@ func (s *Static) embed(ids []uint32, limit int, acc []float32) (int, error) {
 		total += wt
 		off := int(id) * s.dim
 		// a has row's length, so the compiler drops the bounds checks.
-		if s.q != nil {
-			addScaled(acc, s.q[off:off+s.dim], s.scale[id]*wt)
+		if t.q != nil {
+			addScaled(acc, t.q[off:off+s.dim], t.scale[id]*wt)
 		} else {
-			row := s.f[off : off+s.dim]
+			row := t.f[off : off+s.dim]
 			a := acc[:len(row)]
 			for j, v := range row {
 				a[j] += v * wt
@@ -532,7 +596,8 @@ func (sm *StaticManifest) validate(version int) error {
 	if sm.InBandHeadFile != "" || sm.InBandHeadSHA256 != "" || len(sm.InBandFeatures) > 0 {
 		errs = append(errs, sm.validateInBand(version))
 	}
-	if sm.LongHeadFile != "" || sm.LongHeadSHA256 != "" || len(sm.LongFeatures) > 0 || sm.LongAfter != 0 {
+	if sm.LongHeadFile != "" || sm.LongHeadSHA256 != "" || len(sm.LongFeatures) > 0 || sm.LongAfter != 0 ||
+		sm.LongTableFile != "" || sm.LongTableSHA256 != "" {
 		errs = append(errs, sm.validateLong(version))
 	}
 	if len(sm.Band) != 2 {
@@ -571,9 +636,19 @@ func (sm *StaticManifest) validateLong(version int) error {
 	if sm.LongHeadFile == "" || sm.LongHeadSHA256 == "" {
 		errs = append(errs, errors.New("static.long_head_file and long_head_sha256: both or neither"))
 	}
+	vec := featStatic // the long head's vector: the static table's, or its own table's
+	if sm.LongTableFile != "" || sm.LongTableSHA256 != "" {
+		vec = featLongTable
+		switch {
+		case version < formatV5:
+			errs = append(errs, fmt.Errorf("static.long_table_file needs format_version %d, the manifest says %d", formatV5, version))
+		case sm.LongTableFile == "" || sm.LongTableSHA256 == "":
+			errs = append(errs, errors.New("static.long_table_file and long_table_sha256: both or neither"))
+		}
+	}
 	f := sm.LongFeatures
-	if !(len(f) >= 1 && len(f) <= 2 && f[0] == featStatic && (len(f) == 1 || f[1] == FeatureHasContext)) {
-		errs = append(errs, fmt.Errorf("static.long_features: want [%q, %q (optional)], got %q", featStatic, FeatureHasContext, f))
+	if !(len(f) >= 1 && len(f) <= 2 && f[0] == vec && (len(f) == 1 || f[1] == FeatureHasContext)) {
+		errs = append(errs, fmt.Errorf("static.long_features: want [%q, %q (optional)], got %q", vec, FeatureHasContext, f))
 	}
 	if sm.LongAfter < 0 || sm.LongAfter > staticMaxID {
 		errs = append(errs, fmt.Errorf("static.long_after: must be in [0, %d], got %d", staticMaxID, sm.LongAfter))

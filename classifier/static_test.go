@@ -40,6 +40,9 @@ func TestShippedStaticStage(t *testing.T) {
 	if m.Static.LongHeadFile != "" {
 		want = append(want, m.Static.LongHeadSHA256)
 	}
+	if m.Static.LongTableFile != "" {
+		want = append(want, m.Static.LongTableSHA256)
+	}
 	require.Equal(t, want, shas)
 	require.Equal(t, m.Static.InBandHeadFile != "", s.HasInBandHead())
 	require.Equal(t, m.Static.LongHeadFile != "", s.HasLongHead())
@@ -133,8 +136,9 @@ func TestStaticTableFormats(t *testing.T) {
 				s["in_band_features"] = []string{featStatic, "first1_mean_l2", FeatureHasContext}
 				s["pooling"] = "mean" // every kept piece counts once
 				delete(s, "weights_file")
-				for _, k := range []string{"long_head_file", "long_head_sha256", "long_features", "long_after"} {
-					delete(s, k) // a format-4 field; the shipped long head is for 384 dims
+				for _, k := range []string{"long_head_file", "long_head_sha256", "long_features", "long_after",
+					"long_table_file", "long_table_sha256"} {
+					delete(s, k) // a format-4 or -5 field; the shipped long head is for 384 dims
 				}
 			})
 			s, _, err := loadStage(dir)
@@ -252,7 +256,7 @@ func TestStaticWeightedMean(t *testing.T) {
 			s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = formatFP32, 4, 2, []int{sep}
 			s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
 			for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features",
-				"long_head_file", "long_head_sha256", "long_features", "long_after"} {
+				"long_head_file", "long_head_sha256", "long_features", "long_after", "long_table_file", "long_table_sha256"} {
 				delete(s, k) // the shipped heads are for 384 dims
 			}
 		})
@@ -333,6 +337,51 @@ func TestStaticWeightedMean(t *testing.T) {
 		require.InDelta(t, sigmoid(0.25+(3-1)/math.Sqrt(10)+0.5), p, 1e-6)
 	})
 
+	// With a table of its own (format 5) the long head pools its texts over that table, with
+	// the same piece weights and the same gate; every other text is pooled over the static
+	// table, and the in-band head reads the static table.
+	t.Run("long head with its own table", func(t *testing.T) {
+		dir := setup(t)
+		writePieceWeights(t, dir, []float32{3, 1, 0, 1})
+		var lt []byte
+		for _, r := range [][2]float32{{0, 1}, {1, 0}, {5, 5}, {0, 0}} {
+			for _, v := range r {
+				lt = binary.LittleEndian.AppendUint32(lt, math.Float32bits(v))
+			}
+		}
+		lh, err := json.Marshal(map[string]any{"features": []string{featLongTable, FeatureHasContext},
+			"weights": []float32{-2, 0, 7}, "bias": 1})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_head.json"), lh, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_table.bin"), lt, 0o644))
+		editManifest(t, dir, func(m map[string]any) {
+			s := m["static"].(map[string]any)
+			s["long_head_file"], s["long_head_sha256"] = "static_long_head.json", sha256Hex(lh)
+			s["long_features"], s["long_after"] = []string{featLongTable, FeatureHasContext}, 2
+			s["long_table_file"], s["long_table_sha256"] = "static_long_table.bin", sha256Hex(lt)
+		})
+		s, shas, err := loadStage(dir)
+		require.NoError(t, err)
+		require.Equal(t, []string{sha256Hex(lh), sha256Hex(lt)}, shas[len(shas)-2:], "the long head, then its table")
+		// Pieces 0 (×3), 0 (×3), 1 (×1) on the long table: sum (1, 6), unit (1, 6)/√37.
+		for _, ids := range [][]uint32{{0, 0, 1, sep}, {0, 2, 0, 2, 1, sep}} {
+			p, err := s.Score(ids, sep)
+			require.NoError(t, err)
+			require.InDeltaf(t, sigmoid(1-2/math.Sqrt(37)), p, 1e-6, "%v: the long head on its table", ids)
+		}
+		// Two kept pieces: the static head on the static table, as without the long table.
+		p, err := s.Score([]uint32{0, 2, 2, 1, sep}, sep)
+		require.NoError(t, err)
+		require.InDelta(t, sigmoid(0.25+(3-2)/math.Sqrt(13)), p, 1e-6)
+
+		// A table of the wrong size is refused by name.
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_table.bin"), lt[:8], 0o644))
+		editManifest(t, dir, func(m map[string]any) { m["static"].(map[string]any)["long_table_sha256"] = sha256Hex(lt[:8]) })
+		_, _, err = loadStage(dir)
+		require.ErrorContains(t, err, "static long table")
+		require.ErrorContains(t, err, "8 bytes, want 32")
+	})
+
 	dir := setup(t)
 	writePieceWeights(t, dir, []float32{3, 1, 0, 1})
 	s, shas, err := loadStage(dir)
@@ -373,8 +422,8 @@ func TestManifestFormatVersions(t *testing.T) {
 		delete(m, "format_version")
 		s := m["static"].(map[string]any)
 		for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features",
-			"long_head_file", "long_head_sha256", "long_features", "long_after"} {
-			delete(s, k) // a format-3 or -4 field
+			"long_head_file", "long_head_sha256", "long_features", "long_after", "long_table_file", "long_table_sha256"} {
+			delete(s, k) // a format-3, -4 or -5 field
 		}
 		if s["pooling"] == "weighted_mean" {
 			// The shipped model weighs its pieces; as format 1 it is the same table with a plain mean.
@@ -386,10 +435,10 @@ func TestManifestFormatVersions(t *testing.T) {
 	_, _, err := loadStage(dir)
 	require.NoError(t, err, "a format-1 manifest still loads")
 
-	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 5 })
+	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 6 })
 	_, err = LoadManifest(dir)
-	require.ErrorContains(t, err, "format_version 5")
-	require.ErrorContains(t, err, "formats 1 to 4")
+	require.ErrorContains(t, err, "format_version 6")
+	require.ErrorContains(t, err, "formats 1 to 5")
 
 	editManifest(t, dir, func(m map[string]any) {
 		delete(m, "format_version")
@@ -426,6 +475,26 @@ func TestManifestFormatVersions(t *testing.T) {
 	require.ErrorContains(t, err, "static.long_head_file and long_head_sha256: both or neither")
 	require.ErrorContains(t, err, "static.long_features")
 	require.ErrorContains(t, err, "static.long_after: must be in [0")
+
+	// The long head's own table is format 5, and its head then reads long_table_mean_l2.
+	editManifest(t, dir, func(m map[string]any) {
+		m["format_version"] = 4
+		s := m["static"].(map[string]any)
+		s["long_head_sha256"], s["long_after"] = "00", 32
+		s["long_table_file"], s["long_table_sha256"] = "static_long_table.bin", "00"
+		s["long_features"] = []string{"long_table_mean_l2", "has_context"}
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "static.long_table_file needs format_version 5")
+	editManifest(t, dir, func(m map[string]any) {
+		m["format_version"] = 5
+		s := m["static"].(map[string]any)
+		s["long_features"] = []string{"static_mean_l2", "has_context"}
+		delete(s, "long_table_file")
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "static.long_table_file and long_table_sha256: both or neither")
+	require.ErrorContains(t, err, `static.long_features: want ["long_table_mean_l2", "has_context" (optional)]`)
 }
 
 func TestPieceWeightErrors(t *testing.T) {

@@ -38,6 +38,10 @@ def main(d):
             files.append((s["long_head_file"], s.get("long_head_sha256", "")))
             if m.get("format_version", 1) < 4:
                 failures.append("static.long_head_file needs format_version 4")
+        if s.get("long_table_file"):
+            files.append((s["long_table_file"], s.get("long_table_sha256", "")))
+            if m.get("format_version", 1) < 5:
+                failures.append("static.long_table_file needs format_version 5")
         lo, hi = s["band"]
         if not (0 <= lo <= hi <= 1):
             failures.append(f"band {s['band']} invalid")
