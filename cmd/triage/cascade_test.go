@@ -148,6 +148,7 @@ func TestLongHeadThroughTheGateway(t *testing.T) {
 	band, ok := m.Band()
 	require.True(t, ok)
 	require.NotEmpty(t, c.Manifest().Static.LongHeadFile, "the shipped model has a long head")
+	require.NotEmpty(t, c.Manifest().Static.LongTableFile, "and a table of its own")
 	cfg := config.DefaultConfig()
 	quickSims(&cfg)
 	_, rt := startGatewayWith(t, cfg, func() (router.Model, error) { return m, nil })
