@@ -58,13 +58,15 @@ const (
 type Static struct {
 	vocab, dim int
 	table      pieceTable
-	pw         []float32 // weighted_mean: one weight per piece (vocab); nil for the plain mean
-	w          []float32 // dim weights, then has_context's
-	bias       float32
-	drop       []uint32 // ids left out of the mean ([CLS], [SEP])
-	band       Band
-	inBand     *inBandHead // nil: the manifest has none
-	long       *longHead   // nil: the manifest has none
+	// kw is each piece's weight in the mean (vocab values): its piece weight under
+	// weighted_mean, else 1, and 0 for the ids left out ([CLS], [SEP]). A piece of weight 0
+	// is not kept.
+	kw     []float32
+	w      []float32 // dim weights, then has_context's
+	bias   float32
+	band   Band
+	inBand *inBandHead // nil: the manifest has none
+	long   *longHead   // nil: the manifest has none
 }
 
 // longHead is the manifest's long head, for a text without a context and more than after
@@ -107,7 +109,7 @@ type staticHead struct {
 // its tokenizer.
 func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 	sm := m.Static
-	s := &Static{vocab: sm.Vocab, dim: sm.Dim, drop: slices.Clone(sm.DropIDs), band: Band{Lo: sm.Band[0], Hi: sm.Band[1]}}
+	s := &Static{vocab: sm.Vocab, dim: sm.Dim, band: Band{Lo: sm.Band[0], Hi: sm.Band[1]}}
 	table, tableSHA, err := loadTable("static table", filepath.Join(dir, sm.TableFile), sm.TableSHA256, sm)
 	if err != nil {
 		return nil, nil, err
@@ -116,8 +118,18 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 
 	var weightsSHA string
 	if sm.Pooling == poolWeightedMean {
-		if s.pw, weightsSHA, err = loadPieceWeights(dir, sm); err != nil {
+		if s.kw, weightsSHA, err = loadPieceWeights(dir, sm); err != nil {
 			return nil, nil, err
+		}
+	} else {
+		s.kw = make([]float32, sm.Vocab)
+		for i := range s.kw {
+			s.kw[i] = 1
+		}
+	}
+	for _, id := range sm.DropIDs {
+		if int(id) < sm.Vocab {
+			s.kw[id] = 0
 		}
 	}
 
@@ -161,13 +173,9 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 // against wantSHA; it returns the table and the file's sha256.
 func loadTable(what, path, wantSHA string, sm *StaticManifest) (pieceTable, string, error) {
 	var t pieceTable
-	raw, err := os.ReadFile(path)
+	raw, sha, err := readChecked(what, path, wantSHA)
 	if err != nil {
-		return t, "", fmt.Errorf("%s: %w", what, err)
-	}
-	sha := sha256Hex(raw)
-	if sha != wantSHA {
-		return t, "", fmt.Errorf("%s %s: sha256 %s does not match the manifest's %s", what, path, sha, wantSHA)
+		return t, "", err
 	}
 	n := sm.Vocab * sm.Dim
 	switch sm.TableFormat {
@@ -202,6 +210,20 @@ func loadTable(what, path, wantSHA string, sm *StaticManifest) (pieceTable, stri
 	return t, sha, nil
 }
 
+// readChecked reads a model file (what names it in errors) whose sha256 must be wantSHA,
+// and returns its bytes and sha256.
+func readChecked(what, path, wantSHA string) ([]byte, string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	sha := sha256Hex(raw)
+	if sha != wantSHA {
+		return nil, "", fmt.Errorf("%s %s: sha256 %s does not match the manifest's %s", what, path, sha, wantSHA)
+	}
+	return raw, sha, nil
+}
+
 // weights is the head's weights with has_context's last: 0 when the head does not read
 // it, which keeps the scoring arithmetic uniform.
 func (h staticHead) weights() []float32 {
@@ -215,13 +237,9 @@ func (h staticHead) weights() []float32 {
 // sha256 and features, with one weight per feature value (dim for a vector) and a bias.
 func readHead(what, path, wantSHA string, features []string, dim int) (staticHead, string, error) {
 	var h staticHead
-	raw, err := os.ReadFile(path)
+	raw, sha, err := readChecked(what, path, wantSHA)
 	if err != nil {
-		return h, "", fmt.Errorf("%s: %w", what, err)
-	}
-	sha := sha256Hex(raw)
-	if sha != wantSHA {
-		return h, "", fmt.Errorf("%s %s: sha256 %s does not match the manifest's %s", what, path, sha, wantSHA)
+		return h, "", err
 	}
 	if err := json.Unmarshal(raw, &h); err != nil {
 		return h, "", fmt.Errorf("%s %s: invalid JSON: %w", what, path, err)
@@ -266,13 +284,9 @@ func firstKFeature(f string) (int, bool) {
 // loadPieceWeights reads static.weights_file: vocab float32 values, each finite and >= 0.
 func loadPieceWeights(dir string, sm *StaticManifest) ([]float32, string, error) {
 	path := filepath.Join(dir, sm.WeightsFile)
-	raw, err := os.ReadFile(path)
+	raw, sha, err := readChecked("static piece weights", path, sm.WeightsSHA256)
 	if err != nil {
-		return nil, "", fmt.Errorf("static piece weights: %w", err)
-	}
-	sha := sha256Hex(raw)
-	if sha != sm.WeightsSHA256 {
-		return nil, "", fmt.Errorf("static piece weights %s: sha256 %s does not match the manifest's %s", path, sha, sm.WeightsSHA256)
+		return nil, "", err
 	}
 	if len(raw) != 4*sm.Vocab {
 		return nil, "", fmt.Errorf("static piece weights %s: %d bytes, want %d for %d float32 weights", path, len(raw), 4*sm.Vocab, sm.Vocab)
@@ -383,26 +397,23 @@ func (s *Static) ScoreInBand(ids []uint32, sep uint32) (float32, error) {
 func (s *Static) kept(ids []uint32) (int, error) {
 	kept := 0
 	for _, id := range ids {
-		if slices.Contains(s.drop, id) {
-			continue
+		wt, err := s.weight(id)
+		if err != nil {
+			return 0, err
 		}
-		if int(id) >= s.vocab {
-			return 0, s.outside(id)
-		}
-		if s.weight(id) != 0 {
+		if wt != 0 {
 			kept++
 		}
 	}
 	return kept, nil
 }
 
-// weight is a piece's weight in the mean: its piece weight under weighted_mean, else 1. A
-// piece of weight 0 is not kept.
-func (s *Static) weight(id uint32) float32 {
-	if s.pw == nil {
-		return 1
+// weight is a piece's weight in the mean (kw); an id outside the table is an error.
+func (s *Static) weight(id uint32) (float32, error) {
+	if int(id) >= s.vocab {
+		return 0, s.outside(id)
 	}
-	return s.pw[id]
+	return s.kw[id], nil
 }
 
 func (s *Static) outside(id uint32) error {
@@ -417,13 +428,10 @@ func (s *Static) embed(t *pieceTable, ids []uint32, limit int, acc []float32) (i
 	var total float32
 	kept := 0
 	for _, id := range ids {
-		if slices.Contains(s.drop, id) {
-			continue
+		wt, err := s.weight(id)
+		if err != nil {
+			return 0, err
 		}
-		if int(id) >= s.vocab {
-			return 0, s.outside(id)
-		}
-		wt := s.weight(id)
 		if wt == 0 {
 			continue
 		}
