@@ -285,6 +285,14 @@ func TestImage(t *testing.T) {
 		for _, f := range []string{"usr/local/bin/triage", "usr/local/bin/mockllm", "app/models/head.onnx", "app/models/manifest.json", "etc/triage/triage.yaml"} {
 			require.Contains(t, files, f)
 		}
+		// mockllm is the gateway's binary under another name (cmd/triage runs the simulator
+		// when called so), and the CA bundle is the one file of Debian's ca-certificates the
+		// gateway reads: neither package nor openssl is installed.
+		require.Equal(t, "triage", files["usr/local/bin/mockllm"].link)
+		require.Greater(t, files["etc/ssl/certs/ca-certificates.crt"].size, int64(100_000), "the CA bundle holds Mozilla's roots")
+		for name := range files {
+			require.NotContains(t, []string{"usr/bin/openssl", "usr/sbin/update-ca-certificates"}, name, "the image carries %s", name)
+		}
 
 		// What takes the room, for docs/deployment.md.
 		groups := map[string]int64{}

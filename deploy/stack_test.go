@@ -39,6 +39,13 @@ func startStack(t *testing.T) *stack {
 	env := dockerfileEnv(t)
 	cfg := loadConfig(t, path(composeConfigPath), envList(env))
 
+	// The image has no mockllm binary of its own: /usr/local/bin/mockllm links to triage, which
+	// runs the simulator when called by that name. The slow replica runs that way here, the
+	// fast one as cmd/mockllm.
+	link := filepath.Join(t.TempDir(), "mockllm")
+	require.NoError(t, os.Symlink(triageBin, link))
+	bins := map[string]string{"fast": mockBin, "slow": link}
+
 	// One replica per pool, named like the compose file's first one, with the pool's preset.
 	var doc map[string]any
 	readYAML(t, composeConfigPath, &doc)
@@ -46,7 +53,7 @@ func startStack(t *testing.T) *stack {
 	for pool, pc := range map[string]upstream.PoolConfig{"fast": cfg.Pools.Fast, "slow": cfg.Pools.Slow} {
 		id := pc.Replicas[0].ID
 		watch, addrCh := listenAddr("mockllm listening")
-		p := start(t, "mockllm "+id, root, nil, watch, mockBin,
+		p := start(t, "mockllm "+id, root, nil, watch, bins[pool],
 			"--preset", pool, "--listen", "127.0.0.1:0", "--name", id)
 		addr := awaitAddr(t, p, addrCh, 20*time.Second)
 		st.replicas[id] = "http://" + addr

@@ -9,6 +9,10 @@
 // Configuration: defaults, then the YAML file (--config or TRIAGE_CONFIG), then TRIAGE_*
 // environment variables, then --listen. config/example.yaml documents every setting.
 // SIGHUP reloads the classifier model; SIGINT and SIGTERM shut down gracefully.
+//
+// Called as mockllm (a link named mockllm to this binary, as in the image), it is the
+// simulated LLM server of cmd/mockllm instead: the simulator is in this binary anyway, and a
+// second binary would add its 10 MB to the image.
 package main
 
 import (
@@ -35,11 +39,15 @@ import (
 	"github.com/triage-gw/triage/router"
 	"github.com/triage-gw/triage/server"
 	"github.com/triage-gw/triage/sim"
+	"github.com/triage-gw/triage/sim/mockllm"
 	"github.com/triage-gw/triage/upstream"
 	"github.com/triage-gw/triage/upstream/kvevents"
 )
 
 func main() {
+	if calledAsMockllm(os.Args[0]) {
+		os.Exit(mockllm.Main(os.Args[1:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -47,6 +55,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "triage:", err)
 		os.Exit(1)
 	}
+}
+
+// calledAsMockllm reports whether the program was started under the name mockllm.
+func calledAsMockllm(arg0 string) bool {
+	return filepath.Base(arg0) == "mockllm"
 }
 
 // run parses flags, loads the configuration and serves until ctx ends.
