@@ -14,7 +14,7 @@ export KVEVENTS_PYTHON := $(DEPS)/vllm-venv/bin/python
 GO    ?= go
 ARGS  ?=
 
-.PHONY: all setup setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-tool-prompts bench-pasted bench-in-band bench-aiperf bench-vllm-prefix train clean help
+.PHONY: all setup setup-beside-vllm test-notebook-beside-setups setup-aiperf setup-vllm test-vllm setup-prom setup-redis setup-docker build run image test test-go test-fuzz test-notebook test-train-example test-python test-docker check setup-lint test-pure bench bench-classifier bench-gateway bench-cascade bench-policies-scenarios bench-fail-open bench-side-by-side bench-tool-prompts bench-pasted bench-in-band bench-aiperf bench-vllm-prefix train clean help
 
 ## the default: build
 all: build
@@ -42,7 +42,22 @@ run: build
 	bin/triage --simulate $(ARGS)
 
 ## set up and run the whole test suite, what CI runs (the quick checks, Go with -race, fuzzing, notebook, Python clients, two real vLLM engines, image and compose stack)
-test: setup setup-vllm check test-go test-fuzz test-notebook test-train-example test-python test-vllm test-docker
+test: setup-beside-vllm check test-go test-fuzz test-notebook-beside-setups test-train-example test-python test-vllm test-docker
+
+# make test's installs go where they cost no time (scripts/beside.sh; each log is printed after):
+# vLLM's engine (~3.3 GB of downloads; make check's kvevents interop test needs its Python)
+# beside the default steps' cargo build, and the installs of the steps after the notebook
+# (aiperf; the Docker engine, dockerd and the stand-in base images) beside the notebook's
+# 20 minutes of CPU. On a warm machine every one of them is a check of under a second.
+## setup and setup-vllm at once (make test's first step)
+setup-beside-vllm:
+	@scripts/beside.sh out/setup-vllm.log 'scripts/setup.sh vllm nixl' scripts/setup.sh
+
+## test-notebook with the later steps' installs (setup-aiperf, setup-docker, the stand-in images) beside it
+test-notebook-beside-setups:
+	@scripts/beside.sh out/setups-beside-notebook.log \
+	  'scripts/setup.sh aiperf docker && scripts/dockerd.sh && scripts/standin-images.sh' \
+	  $(MAKE) --no-print-directory test-notebook
 
 # promtool and prometheus (Debian package) for the deployment checks in deploy/;
 # not part of `setup` because it needs root (apt-get).
