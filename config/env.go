@@ -20,6 +20,18 @@ import (
 // durations) have one; lists and maps (replicas, headers, scorers) are set in the file.
 const EnvPrefix = "TRIAGE_"
 
+// ToolVars are the TRIAGE_ variables the project's own tools read: scripts/setup.sh, the
+// training notebook, the engine tests' harness. They are not settings, and a shell that set
+// one for those tools (setup.sh's error message tells users to set TRIAGE_CACHE_DIR) must still
+// start the gateway, so they are skipped rather than reported as unknown; a misspelt setting
+// still is. TestToolVarsAreWhatTheToolsRead keeps the list equal to what the tools read.
+var ToolVars = []string{
+	"TRIAGE_ABLATION", "TRIAGE_CACHE_DIR", "TRIAGE_DATA", "TRIAGE_DISTIL", "TRIAGE_DOLLY",
+	"TRIAGE_EMBED_CACHE", "TRIAGE_ENCODERS_DIR", "TRIAGE_EXPORT_DIR", "TRIAGE_LABEL_MAP",
+	"TRIAGE_NIXL_PTHR_DELAY_US", "TRIAGE_NIXL_SITE", "TRIAGE_OOD", "TRIAGE_OOD_MAX",
+	"TRIAGE_PIN_CORE", "TRIAGE_VLLM_MODEL", "TRIAGE_VLLM_VENV",
+}
+
 // EnvVar describes one environment override.
 type EnvVar struct {
 	// Name is the variable, e.g. "TRIAGE_DECISION_ALPHA".
@@ -204,7 +216,7 @@ func applyEnvTo(root reflect.Value, fields []envField, env []string) error {
 	var errs []error
 	for _, kv := range env {
 		name, value, ok := cutEnv(kv)
-		if !ok || !strings.HasPrefix(name, EnvPrefix) || name == EnvConfigFile {
+		if !ok || !strings.HasPrefix(name, EnvPrefix) || name == EnvConfigFile || slices.Contains(ToolVars, name) {
 			continue
 		}
 		f, known := byName[name]

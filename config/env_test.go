@@ -2,8 +2,12 @@ package config
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -112,4 +116,52 @@ func TestEnvWalksSections(t *testing.T) {
 	err := applyEnvTo(v, fields, []string{"TRIAGE_TOP_POLICY_ALPHA_EVERY=50", "TRIAGE_TOP_POLICY_GAMMA_X=1"})
 	require.ErrorContains(t, err, `TRIAGE_TOP_POLICY_ALPHA_EVERY: invalid value "50" for top.policy.alpha.every: want a duration`)
 	require.ErrorContains(t, err, "TRIAGE_TOP_POLICY_GAMMA_X: unknown variable")
+}
+
+// TestToolVarsAreWhatTheToolsRead: every TRIAGE_ name in the project's scripts, notebook,
+// tests, benchmarks and deployment files is a setting, the config file's variable or one of
+// ToolVars, and every one of ToolVars is still read somewhere.
+func TestToolVarsAreWhatTheToolsRead(t *testing.T) {
+	settings := map[string]bool{EnvConfigFile: true}
+	for _, v := range EnvVars() {
+		settings[v.Name] = true
+	}
+	name := regexp.MustCompile(`TRIAGE_[A-Z0-9_]*[A-Z0-9]`)
+	seen := map[string]string{} // name → a file that holds it
+	for _, dir := range []string{"scripts", "train", "tests", "bench", "cmd/triage-bench", "docker", "deploy/k8s", "Makefile"} {
+		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			switch filepath.Ext(path) {
+			case ".sh", ".py", ".ipynb", ".go", ".yaml", ".yml", "":
+			default:
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range name.FindAllString(string(b), -1) {
+				seen[m] = path
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.Contains(t, seen, "TRIAGE_CACHE_DIR", "the scan found setup.sh's variable")
+	for n, where := range seen {
+		require.True(t, settings[n] || slices.Contains(ToolVars, n),
+			"%s (in %s) is neither a setting nor in config.ToolVars: the gateway would refuse to start where it is set", n, where)
+	}
+	for _, n := range ToolVars {
+		require.Contains(t, seen, n, "config.ToolVars lists %s, which no tool reads any more", n)
+		require.False(t, settings[n], "%s is a setting, not a tool's variable", n)
+	}
+}
+
+func TestToolVarsDoNotStopTheGateway(t *testing.T) {
+	var cfg Config
+	require.NoError(t, applyEnv(&cfg, []string{"TRIAGE_CACHE_DIR=/tmp/x", "TRIAGE_DATA=rows.jsonl"}))
+	require.ErrorContains(t, applyEnv(&cfg, []string{"TRIAGE_CACHE_DIRS=/tmp/x"}), "TRIAGE_CACHE_DIRS: unknown variable")
 }
