@@ -13,8 +13,8 @@ log=$1 bg=$2
 shift 2
 mkdir -p "$(dirname "$log")"
 echo "beside: started '$bg' (log: $log)"
-start=$SECONDS
-bash -c "$bg" >"$log" 2>&1 &
+# The subshell notes how long BACKGROUND itself took (wait only says when both had ended).
+( start=$SECONDS; bash -c "$bg"; brc=$?; echo "$((SECONDS - start))" >"$log.took"; exit "$brc" ) >"$log" 2>&1 &
 pid=$!
 # An interrupted run takes the background command with it.
 trap 'kill "$pid" 2>/dev/null; exit 130' INT TERM
@@ -28,6 +28,6 @@ if [ "$brc" != 0 ]; then
   echo "beside: '$bg' failed (exit $brc)"
   [ "$rc" != 0 ] || rc=1
 else
-  echo "beside: '$bg' ended ok, $((SECONDS - start)) s after it started"
+  echo "beside: '$bg' ended ok in $(cat "$log.took" 2>/dev/null || echo '?') s"
 fi
 exit "$rc"
