@@ -37,10 +37,10 @@ type needle struct {
 }
 
 // hostNeedles are the traces of the build machine that must not reach the image: its
-// checkout and .deps/ paths (a host-built libtokenizers.a would carry them), its home's
-// toolchain and module directories, the certificates it trusts beyond Debian's (the
-// stand-in build images have them; the image must not), and the values of environment
-// variables named like credentials.
+// checkout and .deps/ paths (a libtokenizers.a built without setup.sh's path mapping would
+// carry them, and make image hands in the host's), its home's toolchain and module
+// directories, the certificates it trusts beyond Debian's (the stand-in build images have
+// them; the image must not), and the values of environment variables named like credentials.
 func hostNeedles(t *testing.T) []needle {
 	t.Helper()
 	var ns []needle

@@ -6,9 +6,10 @@
 #
 # Steps (a failure stops the script with "image: step <name> failed: <why>"):
 #   prebuilt  the ONNX Runtime library and the encoders the image ships, from
-#             .deps/ (after `make setup` verified them), into a small image
+#             .deps/ (after `make setup` verified them), and libtokenizers.a
+#             (built by setup.sh with its paths mapped), into a small image
 #             ($IMAGE_PREBUILT, docker/prebuilt.Dockerfile). The Dockerfile
-#             re-checks each file's sha256; see its "prebuilt" stage. A
+#             re-checks each download's sha256; see its "prebuilt" stage. A
 #             machine without .deps/ builds an empty one and the Dockerfile
 #             downloads the files itself.
 #   build     docker build -f docker/Dockerfile --build-arg PREBUILT=... .
@@ -60,6 +61,12 @@ for e in $encoders; do
     link "$DEPS/encoders/$e/$f" "$ctx/encoders/$e/$f"; n=$((n + 1))
   done
 done
+# libtokenizers.a and its stamp: the build stage's setup.sh uses it only when
+# the stamp says it was built with its paths mapped (see setup.sh's step_tok),
+# and then skips minutes of cargo; any other library it rebuilds over.
+if [ -f "$DEPS/tokenizers/libtokenizers.a" ] && [ -f "$DEPS/tokenizers/VERSION" ]; then
+  for f in libtokenizers.a VERSION; do link "$DEPS/tokenizers/$f" "$ctx/tokenizers/$f"; n=$((n + 1)); done
+fi
 [ "$n" -gt 0 ] || say "no artifacts in $DEPS (run make setup to reuse them); the build downloads them"
 docker build -q --network host -t "$IMAGE_PREBUILT" -f "$ROOT/docker/prebuilt.Dockerfile" "$ctx" >/dev/null \
   || fail "docker build of $IMAGE_PREBUILT"

@@ -86,10 +86,17 @@ step_ort() {
   say "installed $so"
 }
 
+# libtokenizers.a is built with the build's own paths mapped to fixed names
+# (/tokenizers, /cargo, /rustup): without that it carries this machine's
+# checkout and home in its panic messages, and the image could not reuse the
+# host's copy (scripts/build-image.sh hands it in; deploy/image_test.go looks
+# for host paths in the image). The stamp names the mapping, so a library built
+# before it is rebuilt, not shipped.
+TOK_STAMP="$TOK_VERSION paths-mapped"
 step_tok() {
   STEP=tok
   local lib="$DEPS/tokenizers/libtokenizers.a" stamp="$DEPS/tokenizers/VERSION"
-  if [ -f "$lib" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$TOK_VERSION" ]; then say "ok ($lib)"; return; fi
+  if [ -f "$lib" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$TOK_STAMP" ]; then say "ok ($lib)"; return; fi
   need go "Go toolchain"; need cargo "Rust toolchain (rustup)"
   local dir
   dir="$(cd "$ROOT" && go mod download -json "$TOK_MODULE@$TOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
@@ -97,10 +104,15 @@ step_tok() {
   local src="$DEPS/build/tokenizers-$TOK_VERSION"
   rm -rf "$src"; mkdir -p "$src" "$DEPS/tokenizers"
   cp -r "$dir"/. "$src"/; chmod -R u+w "$src"
+  src="$(cd "$src" && pwd -P)"  # the path the compilers see (.deps/ may be a symlink)
   say "building libtokenizers.a with cargo (a few minutes on 2 cores)"
-  (cd "$src" && cargo build --release --locked --quiet) || fail "cargo build of $TOK_MODULE@$TOK_VERSION"
+  local cargo_home="${CARGO_HOME:-$HOME/.cargo}" rustup_home="${RUSTUP_HOME:-$HOME/.rustup}" us=$'\x1f'
+  # CARGO_ENCODED_RUSTFLAGS: one flag per \x1f-separated field, so a path with spaces stays one flag.
+  local cmap="-ffile-prefix-map=$src=/tokenizers -ffile-prefix-map=$cargo_home=/cargo"
+  (cd "$src" && CARGO_ENCODED_RUSTFLAGS="--remap-path-prefix=$src=/tokenizers$us--remap-path-prefix=$cargo_home=/cargo$us--remap-path-prefix=$rustup_home=/rustup" \
+     CFLAGS="$cmap" CXXFLAGS="$cmap" cargo build --release --locked --quiet) || fail "cargo build of $TOK_MODULE@$TOK_VERSION"
   cp "$src/target/release/libtokenizers.a" "$lib"
-  echo "$TOK_VERSION" >"$stamp"
+  echo "$TOK_STAMP" >"$stamp"
   rm -rf "$src/target"
   say "installed $lib"
 }
