@@ -74,7 +74,7 @@ say "$IMAGE_PREBUILT: $n files from $DEPS ($((SECONDS - t0)) s)"
 
 STEP=build
 t0=$SECONDS
-say "docker build -f docker/Dockerfile -t $IMAGE (first build on a machine: several minutes of cargo)"
+say "docker build -f docker/Dockerfile -t $IMAGE (first build on a machine: minutes; more without a prebuilt libtokenizers.a)"
 # Each output line gets the time of day: the log then shows which step took long.
 stamp() { local l; while IFS= read -r l; do printf '%(%H:%M:%S)T %s\n' -1 "$l"; done; }
 docker build --network host --build-arg "PREBUILT=$IMAGE_PREBUILT" -f "$DOCKERFILE" -t "$IMAGE" "$ROOT" 2>&1 | stamp \
