@@ -102,6 +102,12 @@ type StaticManifest struct {
 	// "long_table_mean_l2": the static vector's pooling over this table.
 	LongTableFile   string `json:"long_table_file,omitempty"`
 	LongTableSHA256 string `json:"long_table_sha256,omitempty"`
+	// FirstSentence (format 6, optional, with a long head) says where a text's first
+	// sentence ends, in token ids; with it LongFeatures has "first_sentence_mean_l2" after its
+	// vector: the static vector (static table, piece weights) of the text's pieces up to that
+	// end. A long prompt's label is mostly its request's, and the request is mostly its first
+	// sentence, which a mean over the whole text drowns.
+	FirstSentence *FirstSentence `json:"first_sentence,omitempty"`
 	// Band is [lo, hi], for every head of the first stage (the notebook's band rule is run
 	// on the first stage with its long head).
 	Band []float64 `json:"band"`
@@ -110,6 +116,19 @@ type StaticManifest struct {
 	DistilledFrom struct {
 		EncoderSHA256 string `json:"encoder_sha256"`
 	} `json:"distilled_from"`
+}
+
+// FirstSentence is the rule for a text's first sentence, on its token ids ([CLS] first):
+// it ends at the first piece in EndIDs, at most MaxPieces pieces after [CLS], whose
+// previous piece is not in NotAfterIDs (an abbreviation, an initial: "Dr.", "U.S.") and
+// whose next piece is not in NotBeforeIDs (a digit piece or "/": "3.5", "10:30",
+// "https://"). A text with no such end, or whose end is its last piece, is its own first
+// sentence. The notebook's first_sentence is the same rule.
+type FirstSentence struct {
+	EndIDs       []uint32 `json:"end_ids"`
+	NotAfterIDs  []uint32 `json:"not_after_ids"`
+	NotBeforeIDs []uint32 `json:"not_before_ids"`
+	MaxPieces    int      `json:"max_pieces"`
 }
 
 // Feature names a head may list (manifest head.features, static.features),
@@ -147,8 +166,9 @@ const (
 	formatV3 = 3 // static.in_band_head_file: the first stage's head for the texts inside its band
 	formatV4 = 4 // static.long_head_file: the first stage's head for long texts without a context
 	formatV5 = 5 // static.long_table_file: the long head's own table, of pieces in context
+	formatV6 = 6 // static.first_sentence: the long head reads a text's first sentence beside the whole
 	// FormatLatest is the newest manifest format this build reads and the one the notebook writes.
-	FormatLatest = formatV5
+	FormatLatest = formatV6
 )
 
 func (m *Manifest) validate() error {

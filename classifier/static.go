@@ -44,7 +44,11 @@ const (
 	featStatic = "static_mean_l2"
 	// featLongTable is the long head's own vector: featStatic's pooling over its table.
 	featLongTable = "long_table_mean_l2"
-	staticMaxID   = 1 << 24 // sanity bound on the vocabulary size
+	// featFirstSentence is featStatic over a text's first sentence (FirstSentence).
+	featFirstSentence = "first_sentence_mean_l2"
+	// firstSentenceMaxPieces bounds static.first_sentence.max_pieces.
+	firstSentenceMaxPieces = 4096
+	staticMaxID            = 1 << 24 // sanity bound on the vocabulary size
 
 	poolMean         = "mean"
 	poolWeightedMean = "weighted_mean"
@@ -71,12 +75,60 @@ type Static struct {
 
 // longHead is the manifest's long head, for a text without a context and more than after
 // kept pieces: dim weights for the vector pooled over its table (the static table when it
-// has none of its own, format 4), then has_context's (0 when unused).
+// has none of its own, format 4), dim for its first sentence's static vector when it reads
+// one (format 6), then has_context's (0 when unused).
 type longHead struct {
 	w     []float32
 	bias  float32
 	after int
 	table *pieceTable // nil: the static table
+	// first is non-nil when the head reads the static vector of the text's first sentence
+	// (format 6): its dim weights then follow the vector's, before has_context's.
+	first *firstSentence
+}
+
+// firstSentence is static.first_sentence as flags per piece id.
+type firstSentence struct {
+	flags     []uint8 // vocab values: sentEnd, sentNotAfter, sentNotBefore
+	maxPieces int
+}
+
+const (
+	sentEnd       = 1 << iota // the piece may end a sentence
+	sentNotAfter              // an end right after this piece is none ("dr.", "u.s.")
+	sentNotBefore             // an end right before this piece is none ("3.5", "https://")
+)
+
+// newFirstSentence builds the flags; validate checked every id against the vocabulary.
+func newFirstSentence(fs *FirstSentence, vocab int) *firstSentence {
+	f := &firstSentence{flags: make([]uint8, vocab), maxPieces: fs.MaxPieces}
+	for _, set := range []struct {
+		ids  []uint32
+		flag uint8
+	}{{fs.EndIDs, sentEnd}, {fs.NotAfterIDs, sentNotAfter}, {fs.NotBeforeIDs, sentNotBefore}} {
+		for _, id := range set.ids {
+			f.flags[id] |= set.flag
+		}
+	}
+	return f
+}
+
+// of returns ids up to and including its first sentence's end ([CLS] ids[0] first), or all
+// of ids when it has none within maxPieces pieces or the end is its last piece; the
+// notebook's first_sentence. An id outside the vocabulary ends nothing (embed reports it).
+func (f *firstSentence) of(ids []uint32) []uint32 {
+	flag := func(id uint32) uint8 {
+		if int(id) < len(f.flags) {
+			return f.flags[id]
+		}
+		return 0
+	}
+	for j := 1; j < min(len(ids)-1, f.maxPieces+1); j++ {
+		if flag(ids[j])&sentEnd != 0 && flag(ids[j-1])&sentNotAfter == 0 && flag(ids[j+1])&sentNotBefore == 0 {
+			return ids[:j+1]
+		}
+	}
+	return ids
 }
 
 // pieceTable is one vector per word piece, vocab×dim, in one of the table formats.
@@ -156,6 +208,9 @@ func LoadStatic(dir string, m *Manifest) (*Static, []string, error) {
 			return nil, nil, err
 		}
 		s.long = &longHead{w: h.weights(), bias: *h.Bias, after: sm.LongAfter}
+		if sm.FirstSentence != nil {
+			s.long.first = newFirstSentence(sm.FirstSentence, sm.Vocab)
+		}
 		shas = append(shas, sha)
 		if sm.LongTableFile != "" {
 			t, sha, err := loadTable("static long table", filepath.Join(dir, sm.LongTableFile), sm.LongTableSHA256, sm)
@@ -305,7 +360,7 @@ func staticFeatureDim(features []string, dim int) int {
 	n := 0
 	for _, f := range features {
 		switch _, firstK := firstKFeature(f); {
-		case f == featStatic, f == featLongTable, firstK:
+		case f == featStatic, f == featLongTable, f == featFirstSentence, firstK:
 			n += dim
 		case f == FeatureHasContext:
 			n++
@@ -323,7 +378,8 @@ func (s *Static) Band() Band { return s.band }
 
 // Score returns P(slow) for one text's token ids (as the tokenizer gave
 // them, [CLS] and [SEP] included; sep is the tokenizer's [SEP] id, for
-// has_context). It allocates one dim-sized scratch vector. An id outside the
+// has_context). It allocates one dim-sized scratch vector (two for a text
+// the long head scores with its first sentence). An id outside the
 // table is an error. The arithmetic mirrors the notebook's static_p_ref:
 // float32 sums in token order (each row times its piece weight under
 // weighted_mean), divided by the count (or the sum of the weights), an L2
@@ -331,10 +387,10 @@ func (s *Static) Band() Band { return s.band }
 // weigh 0 has no vector: the bias and has_context alone decide it. With a
 // long head, a text without a context and with more kept pieces than its
 // long_after is scored on it instead of the static head, its vector pooled
-// over the long head's own table when it has one.
+// over the long head's own table when it has one, beside the static vector of
+// the text's first sentence when the head reads it (scoreLong).
 func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 	hc := HasContext(ids, sep)
-	t, w, bias := &s.table, s.w, s.bias
 	// A text of at most long_after ids cannot have more kept pieces: it skips the count.
 	if s.long != nil && hc == 0 && len(ids) > s.long.after {
 		kept, err := s.kept(ids)
@@ -342,17 +398,37 @@ func (s *Static) Score(ids []uint32, sep uint32) (float32, error) {
 			return 0, err
 		}
 		if kept > s.long.after {
-			w, bias = s.long.w, s.long.bias
-			if s.long.table != nil {
-				t = s.long.table
-			}
+			return s.scoreLong(ids)
 		}
+	}
+	v := make([]float32, s.dim)
+	if _, err := s.embed(&s.table, ids, 0, v); err != nil {
+		return 0, err
+	}
+	return logistic(s.w, s.bias, hc, v), nil
+}
+
+// scoreLong is Score on the long head, for a text without a context: its vector over the
+// long head's table (the static table without one), then, when the head reads it, the
+// static vector of the text's first sentence. The notebook's static_p_ref.
+func (s *Static) scoreLong(ids []uint32) (float32, error) {
+	h, t := s.long, &s.table
+	if h.table != nil {
+		t = h.table
 	}
 	v := make([]float32, s.dim)
 	if _, err := s.embed(t, ids, 0, v); err != nil {
 		return 0, err
 	}
-	return logistic(w, bias, hc, v), nil
+	if h.first == nil {
+		return logistic(h.w, h.bias, 0, v), nil
+	}
+	f := make([]float32, s.dim)
+	if _, err := s.embed(&s.table, h.first.of(ids), 0, f); err != nil {
+		return 0, err
+	}
+	z := float64(h.bias) + dot(h.w[:s.dim], v) + dot(h.w[s.dim:2*s.dim], f)
+	return float32(1 / (1 + math.Exp(-z))), nil
 }
 
 // logistic is the sigmoid of w's dot product with v (dim values) and has_context hc (w's
@@ -605,7 +681,7 @@ func (sm *StaticManifest) validate(version int) error {
 		errs = append(errs, sm.validateInBand(version))
 	}
 	if sm.LongHeadFile != "" || sm.LongHeadSHA256 != "" || len(sm.LongFeatures) > 0 || sm.LongAfter != 0 ||
-		sm.LongTableFile != "" || sm.LongTableSHA256 != "" {
+		sm.LongTableFile != "" || sm.LongTableSHA256 != "" || sm.FirstSentence != nil {
 		errs = append(errs, sm.validateLong(version))
 	}
 	if len(sm.Band) != 2 {
@@ -635,6 +711,32 @@ func (sm *StaticManifest) validateInBand(version int) error {
 	return nil
 }
 
+// validateFirstSentence checks static.first_sentence.
+func (sm *StaticManifest) validateFirstSentence(version int) error {
+	if version < formatV6 {
+		return fmt.Errorf("static.first_sentence needs format_version %d, the manifest says %d", formatV6, version)
+	}
+	fs, errs := sm.FirstSentence, []error(nil)
+	if len(fs.EndIDs) == 0 {
+		errs = append(errs, errors.New("static.first_sentence.end_ids: must not be empty"))
+	}
+	for _, set := range []struct {
+		name string
+		ids  []uint32
+	}{{"end_ids", fs.EndIDs}, {"not_after_ids", fs.NotAfterIDs}, {"not_before_ids", fs.NotBeforeIDs}} {
+		for _, id := range set.ids {
+			if int(id) >= sm.Vocab {
+				errs = append(errs, fmt.Errorf("static.first_sentence.%s: id %d outside the vocabulary of %d", set.name, id, sm.Vocab))
+				break
+			}
+		}
+	}
+	if fs.MaxPieces < 1 || fs.MaxPieces > firstSentenceMaxPieces {
+		errs = append(errs, fmt.Errorf("static.first_sentence.max_pieces: must be in [1, %d], got %d", firstSentenceMaxPieces, fs.MaxPieces))
+	}
+	return errors.Join(errs...)
+}
+
 // validateLong checks the long head's part of the static section.
 func (sm *StaticManifest) validateLong(version int) error {
 	if version < formatV4 {
@@ -654,9 +756,13 @@ func (sm *StaticManifest) validateLong(version int) error {
 			errs = append(errs, errors.New("static.long_table_file and long_table_sha256: both or neither"))
 		}
 	}
-	f := sm.LongFeatures
-	if !(len(f) >= 1 && len(f) <= 2 && f[0] == vec && (len(f) == 1 || f[1] == FeatureHasContext)) {
-		errs = append(errs, fmt.Errorf("static.long_features: want [%q, %q (optional)], got %q", vec, FeatureHasContext, f))
+	want := []string{vec}
+	if sm.FirstSentence != nil {
+		want = append(want, featFirstSentence)
+		errs = append(errs, sm.validateFirstSentence(version))
+	}
+	if f := sm.LongFeatures; !slices.Equal(f, want) && !slices.Equal(f, append(want, FeatureHasContext)) {
+		errs = append(errs, fmt.Errorf("static.long_features: want %q, then %q (optional), got %q", want, FeatureHasContext, f))
 	}
 	if sm.LongAfter < 0 || sm.LongAfter > staticMaxID {
 		errs = append(errs, fmt.Errorf("static.long_after: must be in [0, %d], got %d", staticMaxID, sm.LongAfter))

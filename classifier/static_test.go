@@ -137,8 +137,8 @@ func TestStaticTableFormats(t *testing.T) {
 				s["pooling"] = "mean" // every kept piece counts once
 				delete(s, "weights_file")
 				for _, k := range []string{"long_head_file", "long_head_sha256", "long_features", "long_after",
-					"long_table_file", "long_table_sha256"} {
-					delete(s, k) // a format-4 or -5 field; the shipped long head is for 384 dims
+					"long_table_file", "long_table_sha256", "first_sentence"} {
+					delete(s, k) // a format-4, -5 or -6 field; the shipped long head is for 384 dims
 				}
 			})
 			s, _, err := loadStage(dir)
@@ -218,6 +218,34 @@ func TestFloat16(t *testing.T) {
 
 // writePieceWeights writes w as static_piece_weights.bin in dir and points a format-2
 // manifest's static section at it with pooling weighted_mean.
+// withLongTable gives the toy model in dir (4 pieces, dim 2, piece weights 3, 1, 0, 1) a long
+// head on a table of its own, rows (0, 1), (1, 0), (5, 5), (0, 0): features and weights, bias 1,
+// long_after 2, and static.first_sentence when firstSentence is not nil. It returns the head's
+// and the table's bytes.
+func withLongTable(t *testing.T, dir string, features []string, weights []float32, firstSentence map[string]any) (lh, lt []byte) {
+	t.Helper()
+	writePieceWeights(t, dir, []float32{3, 1, 0, 1})
+	for _, r := range [][2]float32{{0, 1}, {1, 0}, {5, 5}, {0, 0}} {
+		for _, v := range r {
+			lt = binary.LittleEndian.AppendUint32(lt, math.Float32bits(v))
+		}
+	}
+	lh, err := json.Marshal(map[string]any{"features": features, "weights": weights, "bias": 1})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_head.json"), lh, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_table.bin"), lt, 0o644))
+	editManifest(t, dir, func(m map[string]any) {
+		s := m["static"].(map[string]any)
+		s["long_head_file"], s["long_head_sha256"] = "static_long_head.json", sha256Hex(lh)
+		s["long_features"], s["long_after"] = features, 2
+		s["long_table_file"], s["long_table_sha256"] = "static_long_table.bin", sha256Hex(lt)
+		if firstSentence != nil {
+			s["first_sentence"] = firstSentence
+		}
+	})
+	return lh, lt
+}
+
 func writePieceWeights(t *testing.T, dir string, w []float32) {
 	t.Helper()
 	var b []byte
@@ -256,7 +284,8 @@ func TestStaticWeightedMean(t *testing.T) {
 			s["table_format"], s["vocab"], s["dim"], s["drop_ids"] = formatFP32, 4, 2, []int{sep}
 			s["table_sha256"], s["head_sha256"] = sha256Hex(table), sha256Hex(head)
 			for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features",
-				"long_head_file", "long_head_sha256", "long_features", "long_after", "long_table_file", "long_table_sha256"} {
+				"long_head_file", "long_head_sha256", "long_features", "long_after", "long_table_file", "long_table_sha256",
+				"first_sentence"} {
 				delete(s, k) // the shipped heads are for 384 dims
 			}
 		})
@@ -342,24 +371,7 @@ func TestStaticWeightedMean(t *testing.T) {
 	// table, and the in-band head reads the static table.
 	t.Run("long head with its own table", func(t *testing.T) {
 		dir := setup(t)
-		writePieceWeights(t, dir, []float32{3, 1, 0, 1})
-		var lt []byte
-		for _, r := range [][2]float32{{0, 1}, {1, 0}, {5, 5}, {0, 0}} {
-			for _, v := range r {
-				lt = binary.LittleEndian.AppendUint32(lt, math.Float32bits(v))
-			}
-		}
-		lh, err := json.Marshal(map[string]any{"features": []string{featLongTable, FeatureHasContext},
-			"weights": []float32{-2, 0, 7}, "bias": 1})
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_head.json"), lh, 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "static_long_table.bin"), lt, 0o644))
-		editManifest(t, dir, func(m map[string]any) {
-			s := m["static"].(map[string]any)
-			s["long_head_file"], s["long_head_sha256"] = "static_long_head.json", sha256Hex(lh)
-			s["long_features"], s["long_after"] = []string{featLongTable, FeatureHasContext}, 2
-			s["long_table_file"], s["long_table_sha256"] = "static_long_table.bin", sha256Hex(lt)
-		})
+		lh, lt := withLongTable(t, dir, []string{featLongTable, FeatureHasContext}, []float32{-2, 0, 7}, nil)
 		s, shas, err := loadStage(dir)
 		require.NoError(t, err)
 		require.Equal(t, []string{sha256Hex(lh), sha256Hex(lt)}, shas[len(shas)-2:], "the long head, then its table")
@@ -380,6 +392,43 @@ func TestStaticWeightedMean(t *testing.T) {
 		_, _, err = loadStage(dir)
 		require.ErrorContains(t, err, "static long table")
 		require.ErrorContains(t, err, "8 bytes, want 32")
+	})
+
+	// With its first sentence (format 6) the long head reads, beside its table's vector, the
+	// static table's vector of the pieces up to the first end id (position 0 is [CLS]'s) not
+	// after a not_after id and not before a not_before id; a text without one is its own first
+	// sentence. Every other text is scored as before.
+	t.Run("long head with its first sentence", func(t *testing.T) {
+		dir := setup(t)
+		withLongTable(t, dir, []string{featLongTable, featFirstSentence, FeatureHasContext}, []float32{-2, 0, 1, 1, 7},
+			map[string]any{"end_ids": []int{1}, "not_after_ids": []int{2}, "not_before_ids": []int{0}, "max_pieces": 64})
+		s, _, err := loadStage(dir)
+		require.NoError(t, err)
+		// Long table: four 0s (×3) and one 1: (1, 12)/√145; the head reads -2 of it.
+		whole := -2 / math.Sqrt(145)
+		for _, c := range []struct {
+			ids   []uint32
+			first float64 // the first sentence's static vector times (1, 1)
+			why   string
+		}{
+			{[]uint32{0, 0, 1, 2, 0, 0, sep}, (6 + 2) / math.Sqrt(40), "ends at piece 1: 0, 0 (×3) and 1, (6, 2)/√40"},
+			{[]uint32{0, 0, 1, 0, 0, sep}, (12 + 2) / math.Sqrt(148), "piece 1 before a 0 ends nothing: the whole, (12, 2)/√148"},
+			{[]uint32{0, 2, 1, 0, 0, 0, sep}, (12 + 2) / math.Sqrt(148), "piece 1 after a 2 ends nothing: the whole"},
+		} {
+			p, err := s.Score(c.ids, sep)
+			require.NoError(t, err)
+			require.InDeltaf(t, sigmoid(1+whole+c.first), p, 1e-6, "%v: %s", c.ids, c.why)
+		}
+		// The rule alone: within max_pieces pieces after position 0, and never the last piece.
+		fs := newFirstSentence(&FirstSentence{EndIDs: []uint32{1}, MaxPieces: 2}, 4)
+		require.Equal(t, []uint32{0, 1}, fs.of([]uint32{0, 1, 0, sep}))
+		require.Equal(t, []uint32{0, 0, 0, 1, 0, sep}, fs.of([]uint32{0, 0, 0, 1, 0, sep}), "past max_pieces")
+		require.Equal(t, []uint32{0, 0, 1}, fs.of([]uint32{0, 0, 1}), "the last piece ends nothing")
+		require.Equal(t, []uint32{0, 9, 1}, fs.of([]uint32{0, 9, 1, 99, sep}), "an id outside the vocabulary flags nothing")
+		// Two kept pieces: the static head, as without the long head.
+		p, err := s.Score([]uint32{0, 2, 2, 1, sep}, sep)
+		require.NoError(t, err)
+		require.InDelta(t, sigmoid(0.25+(3-2)/math.Sqrt(13)), p, 1e-6)
 	})
 
 	dir := setup(t)
@@ -422,8 +471,9 @@ func TestManifestFormatVersions(t *testing.T) {
 		delete(m, "format_version")
 		s := m["static"].(map[string]any)
 		for _, k := range []string{"in_band_head_file", "in_band_head_sha256", "in_band_features",
-			"long_head_file", "long_head_sha256", "long_features", "long_after", "long_table_file", "long_table_sha256"} {
-			delete(s, k) // a format-3, -4 or -5 field
+			"long_head_file", "long_head_sha256", "long_features", "long_after", "long_table_file", "long_table_sha256",
+			"first_sentence"} {
+			delete(s, k) // a format-3, -4, -5 or -6 field
 		}
 		if s["pooling"] == "weighted_mean" {
 			// The shipped model weighs its pieces; as format 1 it is the same table with a plain mean.
@@ -435,10 +485,10 @@ func TestManifestFormatVersions(t *testing.T) {
 	_, _, err := loadStage(dir)
 	require.NoError(t, err, "a format-1 manifest still loads")
 
-	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 6 })
+	editManifest(t, dir, func(m map[string]any) { m["format_version"] = 7 })
 	_, err = LoadManifest(dir)
-	require.ErrorContains(t, err, "format_version 6")
-	require.ErrorContains(t, err, "formats 1 to 5")
+	require.ErrorContains(t, err, "format_version 7")
+	require.ErrorContains(t, err, "formats 1 to 6")
 
 	editManifest(t, dir, func(m map[string]any) {
 		delete(m, "format_version")
@@ -494,7 +544,29 @@ func TestManifestFormatVersions(t *testing.T) {
 	})
 	_, err = LoadManifest(dir)
 	require.ErrorContains(t, err, "static.long_table_file and long_table_sha256: both or neither")
-	require.ErrorContains(t, err, `static.long_features: want ["long_table_mean_l2", "has_context" (optional)]`)
+	require.ErrorContains(t, err, `static.long_features: want ["long_table_mean_l2"], then "has_context" (optional)`)
+
+	// The first sentence is format 6, and the long head then reads first_sentence_mean_l2
+	// after its vector; its ids must be in the vocabulary.
+	editManifest(t, dir, func(m map[string]any) {
+		s := m["static"].(map[string]any)
+		s["long_table_file"] = "static_long_table.bin"
+		s["first_sentence"] = map[string]any{"end_ids": []int{1012}, "not_after_ids": []int{}, "not_before_ids": []int{}, "max_pieces": 64}
+		s["long_features"] = []string{"long_table_mean_l2", "first_sentence_mean_l2", "has_context"}
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "static.first_sentence needs format_version 6")
+	editManifest(t, dir, func(m map[string]any) {
+		m["format_version"] = 6
+		s := m["static"].(map[string]any)
+		s["first_sentence"] = map[string]any{"end_ids": []int{}, "not_after_ids": []int{1 << 20}, "not_before_ids": []int{}, "max_pieces": 0}
+		s["long_features"] = []string{"long_table_mean_l2", "has_context"}
+	})
+	_, err = LoadManifest(dir)
+	require.ErrorContains(t, err, "static.first_sentence.end_ids: must not be empty")
+	require.ErrorContains(t, err, "static.first_sentence.not_after_ids: id 1048576 outside the vocabulary")
+	require.ErrorContains(t, err, "static.first_sentence.max_pieces: must be in [1, 4096], got 0")
+	require.ErrorContains(t, err, `static.long_features: want ["long_table_mean_l2" "first_sentence_mean_l2"], then "has_context" (optional)`)
 }
 
 func TestPieceWeightErrors(t *testing.T) {

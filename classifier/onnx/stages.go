@@ -38,9 +38,10 @@ func (c *Classifier) Band() (classifier.Band, bool) {
 
 // StaticScore is the static first stage for one text: the mean of its word
 // pieces' rows in the static table ([CLS] and [SEP] left out), L2-normalised,
-// then the static head (with has_context). It takes microseconds, runs no
-// ONNX Runtime call and does not allocate beyond one dim-sized scratch
-// vector. The Result has Stage StageStatic and the same Tokens count as the
+// then the static head (with has_context); a long text without a context goes
+// to the long head when the model has one (classifier.Static.Score). It takes
+// microseconds, runs no ONNX Runtime call and does not allocate beyond two
+// dim-sized scratch vectors. The Result has Stage StageStatic and the same Tokens count as the
 // encoder would report. Errors: ErrNoStatic, ErrForeignTokens (also for a
 // zero Tokens), ErrClosed.
 func (c *Classifier) StaticScore(t classifier.Tokens) (classifier.Result, error) {
