@@ -42,6 +42,11 @@ def main(d):
             files.append((s["long_table_file"], s.get("long_table_sha256", "")))
             if m.get("format_version", 1) < 5:
                 failures.append("static.long_table_file needs format_version 5")
+        if s.get("first_sentence"):
+            if m.get("format_version", 1) < 6:
+                failures.append("static.first_sentence needs format_version 6")
+            if not s.get("long_head_file") or "first_sentence_mean_l2" not in s.get("long_features", []):
+                failures.append("static.first_sentence without a long head that reads first_sentence_mean_l2")
         lo, hi = s["band"]
         if not (0 <= lo <= hi <= 1):
             failures.append(f"band {s['band']} invalid")

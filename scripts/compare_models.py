@@ -65,7 +65,7 @@ def check_static(a, b, failures):
         failures.append(f"static stage: committed has {'one' if sa else 'none'}, fresh has {'one' if sb else 'none'}")
         return
     for k in ["table_format", "vocab", "dim", "drop_ids", "features", "band", "pooling", "weights_sha256", "in_band_features",
-              "long_features", "long_after"]:
+              "long_features", "long_after", "first_sentence", "long_band_t"]:
         if sa.get(k) != sb.get(k):
             failures.append(f"static.{k}: committed {sa.get(k)}, fresh {sb.get(k)}")
     if failures:

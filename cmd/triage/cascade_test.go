@@ -137,7 +137,8 @@ func TestCascadeWithTheRealModel(t *testing.T) {
 }
 
 // TestLongHeadThroughTheGateway: the parity texts the notebook's long head scores (long,
-// without a context) get its P(slow) through the gateway, and those outside the band are
+// without a context; among them texts whose first sentence ends after "Dr.", "3.5" or
+// "https://", and Dolly rows run together) get its P(slow) through the gateway, and those outside the band are
 // decided by the first stage without the encoder: the gate and the head are the notebook's
 // end to end.
 func TestLongHeadThroughTheGateway(t *testing.T) {
@@ -149,6 +150,7 @@ func TestLongHeadThroughTheGateway(t *testing.T) {
 	require.True(t, ok)
 	require.NotEmpty(t, c.Manifest().Static.LongHeadFile, "the shipped model has a long head")
 	require.NotEmpty(t, c.Manifest().Static.LongTableFile, "and a table of its own")
+	require.NotNil(t, c.Manifest().Static.FirstSentence, "and reads a text's first sentence beside it")
 	cfg := config.DefaultConfig()
 	quickSims(&cfg)
 	_, rt := startGatewayWith(t, cfg, func() (router.Model, error) { return m, nil })
